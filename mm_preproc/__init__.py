@@ -1,0 +1,60 @@
+"""mm_preproc: image bytes → Qwen2-VL model inputs, fast, faithful and timed per stage.
+
+>>> import mm_preproc
+>>> r = mm_preproc.preprocess(jpeg_bytes, max_pixels=1280 * 28 * 28)   # doctest: +SKIP
+>>> r.pixel_values.shape, r.image_grid_thw                               # doctest: +SKIP
+((5084, 1176), array([[ 1, 62, 82]]))
+
+To size an output buffer before decoding (e.g. a shared-memory segment)::
+
+    header = mm_preproc.probe(jpeg_bytes)                 # header only, ~0.1 ms
+    h, w = mm_preproc.target_size(header.height, header.width, max_pixels=...)
+    spec = mm_preproc.output_spec(h, w)                   # shape, dtype, nbytes, grid_thw
+    r = mm_preproc.preprocess(jpeg_bytes, max_pixels=..., out=buffer_view)
+
+No part of this package imports server code; it needs numpy, Pillow (or pillow-simd) and OpenCV.
+"""
+
+from mm_preproc import constants
+from mm_preproc.decode import SUPPORTED_FORMATS, ImageHeader, probe
+from mm_preproc.errors import (
+    AspectRatioError,
+    CorruptImageError,
+    DecompressionBombError,
+    EmptyInputError,
+    InvalidArgumentError,
+    PreprocError,
+    UnsupportedFormatError,
+)
+from mm_preproc.layout import OutputFormat, OutputSpec, grid_thw, output_spec
+from mm_preproc.pipeline import Backend, PreprocOptions, PreprocResult, preprocess
+from mm_preproc.resize import pillow_is_simd
+from mm_preproc.smart_resize import ResizeRule, smart_resize, target_size
+from mm_preproc.timing import StageTimings
+
+__all__ = [
+    "SUPPORTED_FORMATS",
+    "AspectRatioError",
+    "Backend",
+    "CorruptImageError",
+    "DecompressionBombError",
+    "EmptyInputError",
+    "ImageHeader",
+    "InvalidArgumentError",
+    "OutputFormat",
+    "OutputSpec",
+    "PreprocError",
+    "PreprocOptions",
+    "PreprocResult",
+    "ResizeRule",
+    "StageTimings",
+    "UnsupportedFormatError",
+    "constants",
+    "grid_thw",
+    "output_spec",
+    "pillow_is_simd",
+    "preprocess",
+    "probe",
+    "smart_resize",
+    "target_size",
+]
