@@ -1,0 +1,32 @@
+# Two commands for a fresh machine (Python 3.11, no GPU):
+#   make        set everything up, then run the main job on the built-in tiny model
+#   make test   set everything up if needed, then lint, type-check and run the test suite
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export VLLM_NO_USAGE_STATS := 1
+export DO_NOT_TRACK := 1
+
+.PHONY: all setup model demo test lint typecheck pytest
+all: demo
+
+setup:
+	@scripts/install.sh
+
+model: setup
+	@$(VENV)/bin/edgeserve models build-tiny
+
+demo: model
+	@scripts/demo.sh
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+typecheck: setup
+	$(VENV)/bin/mypy
+
+pytest: model
+	$(VENV)/bin/pytest -q -p no:cacheprovider
+
+test: lint typecheck pytest

@@ -1,0 +1,5 @@
+import sys
+
+from edgeserve.cli.main import main
+
+sys.exit(main())
