@@ -1,0 +1,95 @@
+"""One benchmark run: prepare the requests, scrape ``/metrics``, send on schedule, scrape, report.
+
+Everything before :func:`edgeserve.bench.runner.run_load` (drawing and encoding images, building
+JSON bodies, drawing the arrival schedule, asking the server for its model name) happens outside
+the timed part.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from edgeserve.bench.arrivals import ArrivalConfig, arrival_offsets_s
+from edgeserve.bench.report import DEFAULT_PERCENTILES, detailed, run_header, summarize
+from edgeserve.bench.runner import fetch_model_id, run_load
+from edgeserve.bench.server_metrics import scrape, server_figures
+from edgeserve.bench.workload import PreparedRequest, WorkloadConfig, prepare_requests
+
+
+@dataclass(slots=True, frozen=True)
+class RunConfig:
+    """One run against one server."""
+
+    base_url: str
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    arrivals: ArrivalConfig = field(default_factory=ArrivalConfig)
+    label: str = ""
+    goodput_slo_ms: tuple[tuple[str, float], ...] = ()  # (("ttft", 2000.0), …)
+    percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
+    request_timeout_s: float = 600.0
+    save_detailed: bool = False
+    progress: bool = True
+    first_image_number: int = 0  # sweeps keep images unique across their runs
+
+    def __post_init__(self) -> None:
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"server URL must start with http:// or https://, got {self.base_url!r}")
+        if self.request_timeout_s <= 0:
+            raise ValueError("request timeout must be > 0 s")
+        if any(not 0 < p < 100 for p in self.percentiles):
+            raise ValueError(f"percentiles must be in (0, 100), got {self.percentiles}")
+
+
+def prepare(config: RunConfig, model: str) -> tuple[list[PreparedRequest], list[float]]:
+    """Request bodies and their send times (all of it before the clock starts)."""
+    from tqdm.auto import tqdm
+
+    offsets = [float(x) for x in arrival_offsets_s(config.arrivals)]
+    with tqdm(
+        total=len(offsets), desc="preparing", unit="req", disable=not config.progress, leave=False
+    ) as bar:
+        requests = prepare_requests(
+            config.workload, len(offsets), model, config.first_image_number, on_progress=bar.update
+        )
+    return requests, offsets
+
+
+async def run_benchmark(
+    config: RunConfig, prepared: tuple[list[PreparedRequest], list[float]] | None = None
+) -> dict[str, Any]:
+    """Run once and return the result dict (vLLM key names; see :mod:`edgeserve.bench.report`)."""
+    model = config.workload.model or await fetch_model_id(config.base_url)
+    requests, offsets = prepared if prepared is not None else await asyncio.to_thread(
+        prepare, config, model
+    )
+    before = await scrape(config.base_url)
+    run = await run_load(
+        config.base_url,
+        requests,
+        offsets,
+        max_concurrency=config.arrivals.max_concurrency,
+        request_timeout_s=config.request_timeout_s,
+        progress=config.progress,
+        progress_desc=config.label or "requests",
+    )
+    after = await scrape(config.base_url)
+    result = run_header(
+        label=config.label,
+        model_id=model,
+        num_prompts=len(requests),
+        request_rate=config.arrivals.rate_rps,
+        burstiness=config.arrivals.burstiness,
+        max_concurrency=config.arrivals.max_concurrency,
+        base_url=config.base_url,
+        workload=config.workload.label,
+    )
+    result |= summarize(run.results, run.duration_s, config.percentiles, dict(config.goodput_slo_ms))
+    result["server"] = server_figures(before, after, run.duration_s) if before and after else None
+    # completed requests' client times, always kept for CDF plots (seconds; not vLLM keys)
+    result["cdf_ttft_s"] = [r.ttft_s for r in run.results if r.ok]
+    result["cdf_e2el_s"] = [r.e2e_s for r in run.results if r.ok]
+    if config.save_detailed:
+        result |= detailed(run.results, run.t0_s)
+    return result

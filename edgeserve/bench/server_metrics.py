@@ -1,0 +1,107 @@
+"""What the server says about itself: ``/metrics`` scraped before and after a run.
+
+Both servers export Prometheus text. The difference of two scrapes around a run gives, for every
+latency histogram, the mean per request *during the run only* (Δsum / Δcount), and for every
+seconds counter the time accumulated during the run. From that:
+
+* **stage breakdown** — mean milliseconds per request for each ``*_seconds`` histogram. A stock
+  vLLM server reports its engine-side stages (``vllm:request_queue_time_seconds``,
+  ``…prefill…``, ``…decode…``, ``vllm:time_to_first_token_seconds``, …); edgeserve also reports
+  its CPU stages (decode, resize, normalize, queueing for a worker). A histogram with a ``stage``
+  label is broken out per stage.
+* **server stall fraction** — a counter whose name contains ``stall`` and ends in
+  ``_seconds_total`` (edgeserve's engine-idle-while-work-waits time), divided by the run's
+  duration. vLLM has no such counter; for it only the client-side estimate
+  (:func:`edgeserve.bench.report.client_stall_fraction`) exists.
+
+Scraping is two small GETs outside the timed part; nothing is sampled during the run, so the
+measurement does not load the server.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+SERVER_PREFIXES = ("vllm:", "edgeserve")  # metric families that describe the serving pipeline
+
+# (family name, label-set) → value, for the _sum/_count of histograms and the value of counters
+SampleKey = tuple[str, tuple[tuple[str, str], ...]]
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """One scrape: histogram sums and counts, and counters, keyed by family and labels."""
+
+    hist_sum: dict[SampleKey, float] = field(default_factory=dict)
+    hist_count: dict[SampleKey, float] = field(default_factory=dict)
+    counters: dict[SampleKey, float] = field(default_factory=dict)
+
+
+def parse_metrics(text: str) -> Snapshot:
+    """Parse Prometheus exposition text into a :class:`Snapshot`."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    snap = Snapshot()
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = tuple(sorted((k, v) for k, v in s.labels.items() if k != "le"))
+            key: SampleKey = (family.name, labels)
+            if family.type == "histogram":
+                if s.name.endswith("_sum"):
+                    snap.hist_sum[key] = snap.hist_sum.get(key, 0.0) + s.value
+                elif s.name.endswith("_count"):
+                    snap.hist_count[key] = snap.hist_count.get(key, 0.0) + s.value
+            elif family.type == "counter" and s.name.endswith("_total"):
+                snap.counters[key] = snap.counters.get(key, 0.0) + s.value
+    return snap
+
+
+async def scrape(base_url: str, timeout_s: float = 10.0) -> Snapshot | None:
+    """GET ``<root>/metrics``; None when the server has none (or does not answer)."""
+    from edgeserve.bench.runner import server_root
+
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session,
+            session.get(server_root(base_url) + "/metrics") as resp,
+        ):
+            if resp.status != 200:
+                return None
+            return parse_metrics(await resp.text())
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None
+
+
+def _stage_name(family: str, labels: tuple[tuple[str, str], ...]) -> str:
+    name = family.split(":", 1)[-1].removesuffix("_seconds")
+    stage = dict(labels).get("stage")
+    return f"{name}[{stage}]" if stage else name
+
+
+def server_figures(before: Snapshot, after: Snapshot, duration_s: float) -> dict[str, Any]:
+    """Stage breakdown and server stall fraction from two scrapes around a run of ``duration_s``."""
+    sums: dict[str, float] = defaultdict(float)
+    counts: dict[str, float] = defaultdict(float)
+    for key, total in after.hist_sum.items():
+        family, labels = key
+        if not family.endswith("_seconds") or not family.startswith(SERVER_PREFIXES):
+            continue  # e.g. the HTTP framework's own request-duration histograms
+        # other labels (model_name, engine, …) are summed over; a stage label stays separate
+        name = _stage_name(family, tuple((k, v) for k, v in labels if k == "stage"))
+        sums[name] += total - before.hist_sum.get(key, 0.0)
+        counts[name] += after.hist_count.get(key, 0.0) - before.hist_count.get(key, 0.0)
+    stage_mean_ms = {n: 1000.0 * sums[n] / counts[n] for n in sorted(sums) if counts[n] > 0}
+    stall_s = None
+    for (family, _labels), value in after.counters.items():
+        if "stall" in family and family.endswith("_seconds"):
+            delta = value - before.counters.get((family, _labels), 0.0)
+            stall_s = (stall_s or 0.0) + delta
+    return {
+        "stage_mean_ms": stage_mean_ms,
+        "stall_s": stall_s,
+        "stall_fraction": None if stall_s is None or duration_s <= 0 else stall_s / duration_s,
+    }
