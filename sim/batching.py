@@ -1,0 +1,192 @@
+"""Continuous batching with a KV-cache budget: the LLM engine of a device or a cloud replica.
+
+How a vLLM-style engine spends its time, reduced to what decides latency:
+
+- A request is *admitted* from the FIFO waiting queue when the running batch has room
+  (``max_batch``) and the KV cache can hold its whole sequence (prompt + output tokens; no
+  preemption, so the reservation is made up front).
+- Its *prefill* (the prompt, image tokens included) runs alone; the decode batch pauses meanwhile
+  (prefill-priority scheduling). The first token comes out at the end of the prefill.
+- The running batch then *decodes* one token per request per step. A step takes
+  ``step_s(batch, context_tokens)``: it grows with the batch and with the KV it must read.
+
+Simulating every step would cost an event per token. Instead a virtual step counter advances at
+``1 / step_s`` while the batch is unchanged; a request that joins at counter value ``k`` needing
+``n`` more tokens finishes when the counter reaches ``k + n``. Events happen only when the batch
+changes (a prefill ends, a request finishes) or the clock changes (DVFS), so a request costs about
+two engine events however many tokens it generates. Step time is re-evaluated at those events;
+in between, context growth within a batch is not re-priced (an approximation).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable
+from heapq import heappop, heappush
+from typing import Any, Protocol
+
+from edgeserve.records import Outcome
+from sim.job import Job
+from sim.loop import EventLoop
+
+
+class StepModel(Protocol):
+    def prefill_s(self, job: Job) -> float: ...
+    def step_s(self, batch: int, context_tokens: int) -> float: ...
+
+
+class BatchEngine:
+    """One continuous-batching engine; ``on_done(job)`` is called when a request leaves it."""
+
+    __slots__ = ("_seq", "_version", "busy", "clock_scale", "kv_capacity_tokens", "kv_used",
+                 "loop", "max_batch", "model", "name", "on_busy", "on_done", "prefilling",
+                 "running", "steps", "sum_join", "sum_prompt", "t_mark", "tau_s", "waiting",
+                 "waiting_prefill_s")
+
+    def __init__(self, loop: EventLoop, name: str, model: StepModel, kv_capacity_tokens: int,
+                 max_batch: int, on_done: Callable[[Job], Any],
+                 on_busy: Callable[[int], Any] | None = None) -> None:
+        self.loop = loop
+        self.name = name
+        self.model = model
+        self.kv_capacity_tokens = kv_capacity_tokens
+        self.max_batch = max_batch
+        self.on_done = on_done
+        self.on_busy = on_busy  # called with +1 / −1 when the engine starts / stops working
+        self.clock_scale = 1.0
+        self.waiting: deque[Job] = deque()
+        self.waiting_prefill_s = 0.0  # estimated prefill seconds queued (for policies)
+        self.running: list[tuple[float, int, float, Job]] = []  # (finish_step, seq, join_step, job)
+        self.prefilling: Job | None = None
+        self.kv_used = 0
+        self.steps = 0.0
+        self.t_mark = 0.0
+        self.tau_s = math.inf
+        self.sum_prompt = 0
+        self.sum_join = 0.0
+        self.busy = False
+        self._seq = 0
+        self._version = 0
+
+    # ---- state for policies and the UI -------------------------------------------------
+    @property
+    def batch(self) -> int:
+        return len(self.running)
+
+    @property
+    def load(self) -> int:
+        return len(self.waiting) + len(self.running) + (self.prefilling is not None)
+
+    def context_tokens(self) -> int:
+        return int(self.sum_prompt + len(self.running) * self.steps - self.sum_join)
+
+    def estimate_s(self, job: Job) -> float:
+        """Rough time from submission to last token for ``job`` given the current state."""
+        m = self.model
+        b = len(self.running) + len(self.waiting) + 1
+        step = m.step_s(min(b, self.max_batch), self.context_tokens() + job.prompt_tokens)
+        queued = self.waiting_prefill_s
+        if self.prefilling is not None:
+            queued += 0.5 * m.prefill_s(self.prefilling)
+        return (queued + m.prefill_s(job) + (job.output_tokens - 1) * step) * self.clock_scale
+
+    # ---- events -------------------------------------------------------------------------
+    def submit(self, job: Job) -> None:
+        rec = job.rec
+        now = self.loop.now
+        rec.engine_queued_s = now
+        if job.prompt_tokens + job.output_tokens > self.kv_capacity_tokens:
+            rec.outcome = Outcome.FAILED
+            rec.error = f"sequence of {job.prompt_tokens + job.output_tokens} tokens exceeds " \
+                        f"the KV cache ({self.kv_capacity_tokens} tokens) of {self.name}"
+            self.on_done(job)
+            return
+        self.waiting.append(job)
+        self.waiting_prefill_s += self.model.prefill_s(job)
+        if self.prefilling is None and len(self.waiting) == 1 and (
+            len(self.running) < self.max_batch
+            and self.kv_used + job.prompt_tokens + job.output_tokens <= self.kv_capacity_tokens
+        ):  # otherwise the engine's next event is unchanged
+            self._sync(now)
+            self._schedule(now)
+
+    def retime(self, clock_scale: float) -> None:
+        """The clock changed (DVFS): re-price the decode batch from now on."""
+        now = self.loop.now
+        self._sync(now)
+        self.clock_scale = clock_scale
+        if self.prefilling is None and self.running:
+            self._schedule(now)
+
+    def _sync(self, now: float) -> None:
+        if self.running and self.prefilling is None:
+            self.steps += (now - self.t_mark) / self.tau_s
+        self.t_mark = now
+
+    def _schedule(self, now: float) -> None:
+        waiting = self.waiting
+        if waiting:
+            job = waiting[0]
+            need = job.prompt_tokens + job.output_tokens
+            if len(self.running) < self.max_batch and self.kv_used + need <= self.kv_capacity_tokens:
+                waiting.popleft()
+                pf = self.model.prefill_s(job)
+                self.waiting_prefill_s = self.waiting_prefill_s - pf if waiting else 0.0
+                self.kv_used += need
+                self.prefilling = job
+                self._version += 1  # a pending decode wake-up is void: decode pauses
+                if not self.busy:
+                    self.busy = True
+                    if self.on_busy is not None:
+                        self.on_busy(1)
+                self.loop.at(now + pf * self.clock_scale, self._on_prefilled, job)
+                return
+        if self.running:
+            self.tau_s = tau = self.model.step_s(len(self.running), self.context_tokens()) \
+                * self.clock_scale
+            self._version += 1
+            left = self.running[0][0] - self.steps
+            self.loop.at(now + (left * tau if left > 0 else 0.0), self._on_wake, self._version)
+        elif self.busy:
+            self.busy = False
+            if self.on_busy is not None:
+                self.on_busy(-1)
+
+    def _on_prefilled(self, ev: Any) -> None:
+        job: Job = ev._value
+        now = self.loop.now
+        self.prefilling = None
+        self.t_mark = now
+        job.rec.first_token_s = now
+        if job.output_tokens <= 1:
+            self._finish(job, now)
+        else:
+            self._seq += 1
+            steps = self.steps
+            heappush(self.running, (steps + job.output_tokens - 1, self._seq, steps, job))
+            self.sum_prompt += job.prompt_tokens
+            self.sum_join += steps
+        self._schedule(now)
+
+    def _on_wake(self, ev: Any) -> None:
+        if ev._value != self._version:
+            return  # superseded by a later batch change
+        now = self.loop.now
+        self._sync(now)
+        running = self.running
+        limit = self.steps + 1e-6
+        while running and running[0][0] <= limit:
+            _, _, join, job = heappop(running)
+            self.sum_prompt -= job.prompt_tokens
+            self.sum_join -= join
+            self._finish(job, now)
+        if not running:
+            self.steps = 0.0
+            self.sum_join = 0.0
+        self._schedule(now)
+
+    def _finish(self, job: Job, now: float) -> None:
+        self.kv_used -= job.prompt_tokens + job.output_tokens
+        job.rec.last_token_s = now
+        self.on_done(job)

@@ -1,0 +1,119 @@
+"""Cloud LLM servers: KV-cache capacity from memory, step time from a roofline.
+
+**KV capacity.** Each token of context keeps a key and a value vector per layer and KV head:
+``kv_bytes_per_token = 2 · layers · kv_heads · head_dim · dtype_bytes``. A server reserves
+``memory · gpu_memory_utilization`` of the GPU; the weights take ``params · weight_bytes``; the rest
+(less an activation reserve) holds KV::
+
+    kv_capacity_tokens = (memory · utilization − weights − reserve) / kv_bytes_per_token
+
+and at most ``kv_capacity_tokens // (prompt + output)`` requests fit at once (``max_concurrency``).
+
+**Step time (roofline).** A decode step of a batch of ``b`` requests reads all weights once and
+the batch's whole KV cache, and does ``2 · params`` FLOPs per token::
+
+    step_s = max(bytes / (bandwidth · η_bw), flops / (peak · η_c)) + overhead
+
+so small batches are memory-bound (step time flat in ``b``) and big ones compute-bound. A prefill
+of ``p`` tokens is the same with ``2 · params · p`` FLOPs. Vision encoding adds a per-image-token
+time on the GPU; server-side image preprocessing is a per-megapixel delay (many fast cores).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sim.batching import BatchEngine
+from sim.config import CloudProfile, ModelShape
+from sim.job import Job
+from sim.loop import EventLoop
+
+
+def kv_bytes_per_token(m: ModelShape) -> float:
+    return 2.0 * m.layers * m.kv_heads * m.head_dim * m.kv_dtype.bytes
+
+
+def weight_bytes(m: ModelShape) -> float:
+    return m.params_b * 1e9 * m.weight_dtype.bytes
+
+
+def kv_capacity_tokens(p: CloudProfile) -> int:
+    """KV-cache tokens one replica can hold (0 when the weights do not fit)."""
+    free = (p.gpu.memory_gb * 1e9 * p.server.gpu_memory_utilization - weight_bytes(p.model)
+            - p.server.activation_reserve_gb * 1e9)
+    return max(0, int(free // kv_bytes_per_token(p.model)))
+
+
+def max_concurrency(p: CloudProfile, tokens_per_request: int) -> int:
+    """Requests of ``tokens_per_request`` (prompt + output) that fit in one replica at once."""
+    return min(p.server.max_batch, kv_capacity_tokens(p) // tokens_per_request)
+
+
+class Roofline:
+    """Prefill and decode-step times of one replica (a :class:`~sim.batching.StepModel`)."""
+
+    __slots__ = ("bw_b_s", "encode_s_per_token", "flops_s", "flops_per_token", "kv_per_token",
+                 "overhead_s", "weights_b")
+
+    def __init__(self, p: CloudProfile) -> None:
+        s = p.server
+        self.bw_b_s = p.gpu.mem_bandwidth_gb_s * 1e9 * s.bandwidth_efficiency
+        self.flops_s = p.gpu.compute_tflops * 1e12 * s.compute_efficiency
+        self.flops_per_token = 2.0 * p.model.params_b * 1e9
+        self.weights_b = weight_bytes(p.model)
+        self.kv_per_token = kv_bytes_per_token(p.model)
+        self.overhead_s = s.step_overhead_s
+        self.encode_s_per_token = s.encode_s_per_image_token
+
+    def step_s(self, batch: int, context_tokens: int) -> float:
+        mem = (self.weights_b + self.kv_per_token * context_tokens) / self.bw_b_s
+        comp = self.flops_per_token * batch / self.flops_s
+        return (mem if mem > comp else comp) + self.overhead_s
+
+    def prefill_tokens_s(self, tokens: int) -> float:
+        mem = (self.weights_b + self.kv_per_token * tokens) / self.bw_b_s
+        comp = self.flops_per_token * tokens / self.flops_s
+        return (mem if mem > comp else comp) + self.overhead_s
+
+    def prefill_s(self, job: Job) -> float:
+        return self.prefill_tokens_s(job.prompt_tokens) + self.encode_s_per_token * job.image_tokens
+
+
+class CloudServer:
+    """``replicas`` continuous-batching engines behind a least-loaded router."""
+
+    def __init__(self, loop: EventLoop, name: str, profile: CloudProfile, replicas: int,
+                 on_done: Callable[[Job], Any]) -> None:
+        self.loop = loop
+        self.name = name
+        self.placement = f"cloud:{name}"
+        self.profile = profile
+        self.model = Roofline(profile)
+        self.kv_capacity_tokens = kv_capacity_tokens(profile)
+        self.preprocess_s_per_pixel = profile.server.preprocess_s_per_mpixel / 1e6
+        self.replicas = [
+            BatchEngine(loop, f"{name}/{i}", self.model, self.kv_capacity_tokens,
+                        profile.server.max_batch, on_done)
+            for i in range(replicas)
+        ]
+
+    def preprocess_s(self, job: Job) -> float:
+        return job.source_pixels * self.preprocess_s_per_pixel
+
+    def _pick(self) -> BatchEngine:
+        reps = self.replicas
+        if len(reps) == 1:
+            return reps[0]
+        return min(reps, key=lambda e: e.load)
+
+    def on_arrive(self, ev: Any) -> None:
+        """Event: a request's bytes arrived and were preprocessed; queue it on a replica."""
+        self._pick().submit(ev._value)
+
+    def estimate_s(self, job: Job) -> float:
+        return self.preprocess_s(job) + self._pick().estimate_s(job)
+
+    @property
+    def load(self) -> int:
+        return sum(e.load for e in self.replicas)

@@ -1,0 +1,375 @@
+"""An edge device: CPU cores, an optional vision encoder unit, an LLM engine, heat and a battery.
+
+A local request walks::
+
+    arrive ─▶ CPU queue ─▶ [core] image decode → resize → normalize ─▶ [NPU/GPU] encode
+           ─▶ engine queue ─▶ prefill ─▶ decode (continuous batching) ─▶ finished
+
+An offloaded one goes over the device's link instead (see :mod:`sim.network`, :mod:`sim.cloud`).
+
+**Power** is piecewise constant: ``base_w`` plus each unit's idle power, plus for every busy server
+its ``active_w − idle_w`` times the DVFS level's ``power_scale``. Whenever a unit starts or stops
+work the device integrates its RC thermal node, its energy and time-at-level exactly up to now and
+re-plans the next trip-point crossing as an event (:mod:`sim.thermal`). **DVFS** stretches the
+service times of work *started* at that level by the level's ``scale`` (work in progress keeps its
+end time, except the decode batch, which is re-priced at once). The **battery** is drained by
+device energy plus radio energy for transfers (``radio_w`` while sending or receiving); a device
+with an empty battery fails new requests.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from edgeserve.records import DeviceSample, Outcome
+from sim.batching import BatchEngine
+from sim.cloud import CloudServer
+from sim.config import DeviceProfile, GovernorKind, LinkConfig, StageName, UnitKind
+from sim.job import Job
+from sim.loop import EventLoop
+from sim.network import Link
+from sim.service import ServiceTime
+from sim.thermal import PowerAllocatorGovernor, StepWiseGovernor, ThermalNode
+
+RADIO_W = 1.5  # assumed radio power while a transfer is on air (Wi-Fi/5G class)
+
+
+class LocalModel:
+    """Prefill and decode-step times of the device's engine, from its stage models."""
+
+    __slots__ = ("prefill", "step")
+
+    def __init__(self, prefill: ServiceTime, step: ServiceTime) -> None:
+        self.prefill = prefill
+        self.step = step
+
+    def prefill_s(self, job: Job) -> float:
+        return self.prefill.mean_s(job)
+
+    def step_s(self, batch: int, context_tokens: int) -> float:
+        return self.step.step_mean_s(batch, context_tokens)
+
+
+class Device:
+    """One simulated device instance (a scenario entry with ``count: 3`` makes three)."""
+
+    def __init__(self, loop: EventLoop, name: str, profile: DeviceProfile, link_cfg: LinkConfig,
+                 cloud: CloudServer | None, rng: random.Random,
+                 on_finished: Callable[[Job], Any]) -> None:
+        self.loop = loop
+        self.name = name
+        self.profile = profile
+        self.cloud = cloud
+        self.on_finished = on_finished
+        self.link = Link(link_cfg, random.Random(rng.random()))
+        self.link_cfg = link_cfg
+        st = profile.stages
+        self.decode = ServiceTime(st[StageName.IMAGE_DECODE].model, rng)
+        self.resize = ServiceTime(st[StageName.RESIZE].model, rng)
+        self.normalize = ServiceTime(st[StageName.NORMALIZE].model, rng)
+        enc = st.get(StageName.ENCODE)
+        self.encode = ServiceTime(enc.model, rng) if enc is not None else None
+        # units: index, servers, dynamic power
+        names = list(profile.units)
+        self.unit_names = names
+        self._cap = [profile.units[n].count for n in names]
+        self._dyn_w = [profile.units[n].active_w - profile.units[n].idle_w for n in names]
+        self._busy = [0] * len(names)
+        self.static_w = profile.base_w + sum(u.idle_w * u.count for u in profile.units.values())
+        self._cpu_u = names.index(st[StageName.IMAGE_DECODE].unit)
+        self._enc_u = names.index(enc.unit) if enc is not None else -1
+        self._llm_u = names.index(st[StageName.PREFILL].unit)
+        self.cores = self._cap[self._cpu_u]
+        self._free_cores = list(range(self.cores - 1, -1, -1))
+        self.cpu_queue: deque[Job] = deque()
+        self.enc_servers = self._cap[self._enc_u] if enc is not None else 0
+        self._enc_free = self.enc_servers
+        self.enc_queue: deque[Job] = deque()
+        self.engine = BatchEngine(
+            loop, f"{name}/llm",
+            LocalModel(ServiceTime(st[StageName.PREFILL].model, rng),
+                       ServiceTime(st[StageName.DECODE_STEP].model, rng)),
+            profile.llm.kv_capacity_tokens, profile.llm.max_batch, self._llm_done,
+            self._llm_busy)
+        # clock, heat, energy
+        self.levels = profile.dvfs
+        self.power_scales = [lv.power_scale for lv in profile.dvfs]
+        self.level = 0
+        self.scale = 1.0
+        self._ps = self.power_scales[0]
+        self.power_w = self.static_w
+        self.thermal = ThermalNode(profile.thermal, loop.now)
+        self._t_last = loop.now
+        self.energy_j = 0.0
+        self.radio_j = 0.0
+        self.throttled_s = 0.0
+        self._dyn_nominal_j = 0.0  # dynamic energy at nominal power scale (PID demand)
+        self.governor_kind = profile.thermal.governor
+        self.stepwise = StepWiseGovernor(profile.thermal, len(profile.dvfs))
+        self.pid = PowerAllocatorGovernor(profile.thermal.pid)
+        self._thermal_at = math.inf
+        self.active = True  # cleared when the simulation drains; stops periodic governors
+        bat = profile.battery
+        self.battery_capacity_wh = bat.capacity_wh if bat else None
+        self._battery_start_wh = bat.capacity_wh * bat.initial_fraction if bat else 0.0
+        self.battery_low_fraction = bat.low_fraction if bat else 0.0
+        # decisions
+        self.decisions = 0
+        self.offloaded = 0
+        self._cpu_mean_s = 0.0
+        if self.governor_kind is GovernorKind.POWER_ALLOCATOR:
+            self._pid_last_j = 0.0
+            loop.after(profile.thermal.pid.interval_s, self._on_pid)
+        else:
+            self.stepwise.update(self.thermal.temp_c)
+            self._apply_level(self.stepwise.level)
+            self._plan_thermal()
+
+    # ---- views for policies and the UI ---------------------------------------------------
+    @property
+    def temp_c(self) -> float:
+        self._integrate(self.loop.now)
+        return self.thermal.temp_c
+
+    @property
+    def battery_wh(self) -> float | None:
+        if self.battery_capacity_wh is None:
+            return None
+        self._integrate(self.loop.now)
+        return max(0.0, self._battery_start_wh - (self.energy_j + self.radio_j) / 3600.0)
+
+    @property
+    def battery_fraction(self) -> float | None:
+        wh = self.battery_wh
+        return None if wh is None or self.battery_capacity_wh is None else wh / self.battery_capacity_wh
+
+    @property
+    def battery_low(self) -> bool:
+        f = self.battery_fraction
+        return f is not None and f < self.battery_low_fraction
+
+    @property
+    def queue_len(self) -> int:
+        return len(self.cpu_queue) + len(self.enc_queue) + len(self.engine.waiting)
+
+    @property
+    def running(self) -> int:
+        return (self.cores - len(self._free_cores)) + (self.enc_servers - self._enc_free) \
+            + self.engine.batch + (self.engine.prefilling is not None)
+
+    @property
+    def offload_share(self) -> float:
+        return self.offloaded / self.decisions if self.decisions else 0.0
+
+    def sample(self) -> DeviceSample:
+        """The device's state now, in the trace schema."""
+        temp = self.temp_c
+        return DeviceSample(
+            t_s=self.loop.now, device=self.name, temp_c=temp, clock_level=self.level,
+            clock_scale=self.scale, power_w=self.power_w, battery_wh=self.battery_wh,
+            queue=self.queue_len, running=self.running, offload_share=self.offload_share,
+            throttled=self.level > 0)
+
+    def estimate_local_s(self, job: Job) -> float:
+        """Predicted latency if ``job`` ran here now (queues, clock and batch included)."""
+        cpu = self.decode.mean_s(job) + self.resize.mean_s(job) + self.normalize.mean_s(job)
+        wait = len(self.cpu_queue) * self._cpu_mean_s / self.cores if self.cpu_queue else 0.0
+        enc = self.encode.mean_s(job) if self.encode is not None else 0.0
+        return (wait + cpu + enc) * self.scale + self.engine.estimate_s(job)
+
+    def estimate_cloud_s(self, job: Job) -> float:
+        """Predicted latency if ``job`` were offloaded now (``inf`` without a cloud server)."""
+        if self.cloud is None:
+            return math.inf
+        now = self.loop.now
+        lc = self.link_cfg
+        up = self.link.estimate_up_s(job.rec.image_bytes + lc.request_overhead_bytes, now)
+        down = self.link.estimate_down_s(job.output_tokens * lc.response_bytes_per_token + 500)
+        return up + self.cloud.estimate_s(job) + down
+
+    # ---- power, heat, clock ----------------------------------------------------------------
+    def _integrate(self, now: float) -> None:
+        dt = now - self._t_last
+        if dt > 0.0:
+            p = self.power_w
+            self.energy_j += p * dt
+            self._dyn_nominal_j += (p - self.static_w) / self._ps * dt
+            if self.level:
+                self.throttled_s += dt
+            self._t_last = now
+            self.thermal.advance(now, p)
+
+    def _power_changed(self) -> None:
+        self._integrate(self.loop.now)
+        busy, cap, dyn = self._busy, self._cap, self._dyn_w
+        d = 0.0
+        for i in range(len(busy)):
+            b = busy[i]
+            if b:
+                d += (b if b < cap[i] else cap[i]) * dyn[i]
+        self.power_w = self.static_w + d * self._ps
+        if self.governor_kind is GovernorKind.STEP_WISE:
+            self._plan_thermal()
+
+    def _plan_thermal(self) -> None:
+        """Schedule the next trip-point crossing under the present power, if it comes sooner."""
+        up, down = self.stepwise.next_thresholds()
+        th = self.thermal
+        t = math.inf
+        if up is not None:
+            t = th.time_to(up, self.power_w)
+        if down is not None:
+            t2 = th.time_to(down, self.power_w)
+            if t2 < t:
+                t = t2
+        if t < math.inf:
+            at = self.loop.now + t
+            if at < self._thermal_at:
+                self._thermal_at = at
+                self.loop.at(at, self._on_thermal, at)
+
+    def _on_thermal(self, ev: Any) -> None:
+        if ev._value != self._thermal_at:
+            return  # superseded by an earlier crossing
+        self._thermal_at = math.inf
+        self._integrate(self.loop.now)
+        level = self.stepwise.update(self.thermal.temp_c, 1e-6)
+        if level != self.level:
+            self._apply_level(level)
+        self._plan_thermal()
+
+    def _on_pid(self, ev: Any) -> None:
+        now = self.loop.now
+        interval = self.profile.thermal.pid.interval_s
+        self._integrate(now)
+        demand_w = (self._dyn_nominal_j - self._pid_last_j) / interval
+        self._pid_last_j = self._dyn_nominal_j
+        budget = self.pid.budget_w(self.thermal.temp_c, interval)
+        level = self.pid.choose(budget, self.static_w, demand_w, self.power_scales)
+        if level != self.level:
+            self._apply_level(level)
+        if self.active:
+            self.loop.after(interval, self._on_pid)
+
+    def _apply_level(self, level: int) -> None:
+        self._integrate(self.loop.now)
+        self.level = level
+        self.scale = self.levels[level].scale
+        self._ps = self.power_scales[level]
+        self._power_changed()
+        self.engine.retime(self.scale)
+
+    def set_level(self, level: int) -> None:
+        """Force a clock level (tests, what-if UIs); the governor may change it again."""
+        self._apply_level(max(0, min(level, len(self.levels) - 1)))
+
+    # ---- the local pipeline -----------------------------------------------------------------
+    def admit(self, job: Job) -> None:
+        """Run ``job`` here: queue it for a CPU core."""
+        job.rec.preproc_queued_s = self.loop.now
+        if self._free_cores:
+            self._start_cpu(job)
+        else:
+            self.cpu_queue.append(job)
+
+    def _start_cpu(self, job: Job) -> None:
+        now = self.loop.now
+        rec = job.rec
+        rec.worker = self._free_cores.pop()
+        s = self.scale
+        t1 = now + self.decode.sample(job) * s
+        t2 = t1 + self.resize.sample(job) * s
+        t3 = t2 + self.normalize.sample(job) * s
+        self._cpu_mean_s += 0.05 * ((t3 - now) / s - self._cpu_mean_s)
+        rec.preproc_start_s = now
+        rec.decode_end_s = t1
+        rec.resize_end_s = t2
+        rec.normalize_end_s = t3
+        self._busy[self._cpu_u] += 1
+        self._power_changed()
+        self.loop.at(t3, self._cpu_done, job)
+
+    def _cpu_done(self, ev: Any) -> None:
+        job: Job = ev._value
+        self._free_cores.append(job.rec.worker)  # type: ignore[arg-type]
+        if self.cpu_queue:
+            self._busy[self._cpu_u] -= 1  # the next job's start counts it again
+            self._start_cpu(self.cpu_queue.popleft())
+        else:
+            self._busy[self._cpu_u] -= 1
+            self._power_changed()
+        if self.encode is not None:
+            if self._enc_free:
+                self._start_enc(job)
+            else:
+                self.enc_queue.append(job)
+        else:
+            job.rec.preproc_end_s = self.loop.now
+            self.engine.submit(job)
+
+    def _start_enc(self, job: Job) -> None:
+        self._enc_free -= 1
+        assert self.encode is not None
+        self._busy[self._enc_u] += 1
+        self._power_changed()
+        self.loop.after(self.encode.sample(job) * self.scale, self._enc_done, job)
+
+    def _enc_done(self, ev: Any) -> None:
+        job: Job = ev._value
+        self._enc_free += 1
+        self._busy[self._enc_u] -= 1
+        if self.enc_queue:
+            self._start_enc(self.enc_queue.popleft())
+        else:
+            self._power_changed()
+        now = self.loop.now
+        job.rec.encode_end_s = now
+        job.rec.preproc_end_s = now
+        self.engine.submit(job)
+
+    def _llm_busy(self, delta: int) -> None:
+        self._busy[self._llm_u] += delta
+        self._power_changed()
+
+    def _llm_done(self, job: Job) -> None:
+        job.rec.finished_s = self.loop.now if job.rec.outcome is Outcome.OK else None
+        self.on_finished(job)
+
+    # ---- offloading ---------------------------------------------------------------------
+    def offload(self, job: Job) -> None:
+        """Send ``job`` (its JPEG bytes and prompt) to the cloud server."""
+        cloud = self.cloud
+        assert cloud is not None
+        now = self.loop.now
+        link = self.link
+        busy0 = link.up.busy_s
+        t_up = link.send_up(job.rec.image_bytes + self.link_cfg.request_overhead_bytes, now)
+        self.radio_j += (link.up.busy_s - busy0) * RADIO_W
+        job.rec.uplink_end_s = t_up
+        self.loop.at(t_up + cloud.preprocess_s(job), cloud.on_arrive, job)
+
+    def cloud_done(self, job: Job) -> None:
+        """The cloud finished ``job``; its answer comes back over the downlink."""
+        rec = job.rec
+        if rec.outcome is not Outcome.OK:
+            self.on_finished(job)
+            return
+        link = self.link
+        busy0 = link.down.busy_s
+        t = link.send_down(job.output_tokens * self.link_cfg.response_bytes_per_token + 500,
+                           self.loop.now)
+        self.radio_j += (link.down.busy_s - busy0) * RADIO_W
+        self.loop.at(t, self._downlinked, job)
+
+    def _downlinked(self, ev: Any) -> None:
+        job: Job = ev._value
+        job.rec.finished_s = self.loop.now
+        self.on_finished(job)
+
+
+def unit_kind(profile: DeviceProfile, unit: str) -> UnitKind:
+    return profile.units[unit].kind

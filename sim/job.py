@@ -1,0 +1,25 @@
+"""A request in flight: its record (the shared trace schema) plus the features models need."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edgeserve.records import RequestRecord
+
+
+class Job:
+    """One simulated request. ``rec`` is what gets written; the other slots drive the models."""
+
+    __slots__ = ("device", "image_tokens", "output_tokens", "prompt_tokens", "rec",
+                 "source_pixels", "target_pixels", "tag")
+
+    def __init__(self, rec: RequestRecord, device: Any, source_pixels: int, target_pixels: int,
+                 image_tokens: int, prompt_tokens: int, output_tokens: int) -> None:
+        self.rec = rec
+        self.device = device
+        self.source_pixels = source_pixels
+        self.target_pixels = target_pixels
+        self.image_tokens = image_tokens
+        self.prompt_tokens = prompt_tokens
+        self.output_tokens = output_tokens
+        self.tag: Any = None  # engine-private bookkeeping

@@ -1,0 +1,155 @@
+"""Summaries of a run — per device and for the fleet — and text tables of them.
+
+What a summary reports, per device and for the whole fleet:
+
+- latency: end-to-end (arrival → answer on the device) mean and p50/p90/p99, TTFT p50/p99;
+- SLO attainment: the share of *all* requests (dropped and failed count as misses) that finished
+  within ``slo.e2e_s`` (and ``slo.ttft_s``, and the request's own deadline where it has one);
+- throughput: finished requests per simulated second;
+- energy per request: device energy (compute + radio) over finished requests, joules;
+- time throttled: the share of time spent below the top clock level;
+- offload share, battery left, peak temperature.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sim.stats import DeviceStats
+
+if TYPE_CHECKING:
+    from sim.simulation import Simulation
+
+
+@dataclass(slots=True)
+class DeviceSummary:
+    name: str
+    requests: int
+    ok: int
+    failed: int
+    dropped: int
+    offload_share: float
+    e2e_mean_s: float
+    e2e_p50_s: float
+    e2e_p90_s: float
+    e2e_p99_s: float
+    ttft_p50_s: float
+    ttft_p99_s: float
+    slo_attainment: float
+    throughput_rps: float
+    energy_j: float
+    energy_per_request_j: float
+    throttled_share: float
+    peak_temp_c: float
+    battery_left_wh: float | None
+
+
+@dataclass(slots=True)
+class Summary:
+    scenario: str
+    policy: str
+    seed: int
+    sim_time_s: float
+    devices: list[DeviceSummary]
+    fleet: DeviceSummary
+    mean_in_system: float
+    events: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _row(name: str, st: DeviceStats, sim_time_s: float, energy_j: float, throttled_s: float,
+         offload_decisions: tuple[int, int], peak_c: float,
+         battery_wh: float | None) -> DeviceSummary:
+    e, t = st.e2e, st.ttft
+    decisions, offloaded = offload_decisions
+    return DeviceSummary(
+        name=name, requests=st.requests, ok=st.ok, failed=st.failed, dropped=st.dropped,
+        offload_share=offloaded / decisions if decisions else 0.0,
+        e2e_mean_s=e.mean, e2e_p50_s=e.quantile(0.5), e2e_p90_s=e.quantile(0.9),
+        e2e_p99_s=e.quantile(0.99), ttft_p50_s=t.quantile(0.5), ttft_p99_s=t.quantile(0.99),
+        slo_attainment=st.slo_met / st.requests if st.requests else math.nan,
+        throughput_rps=st.ok / sim_time_s if sim_time_s > 0 else math.nan,
+        energy_j=energy_j, energy_per_request_j=energy_j / st.ok if st.ok else math.nan,
+        throttled_share=throttled_s / sim_time_s if sim_time_s > 0 else 0.0,
+        peak_temp_c=peak_c, battery_left_wh=battery_wh)
+
+
+def summarize(sim: Simulation) -> Summary:
+    now = sim.loop.now
+    rows = []
+    fleet = DeviceStats()
+    tot_e = tot_thr = 0.0
+    tot_dec = tot_off = 0
+    peak = -math.inf
+    bat: float | None = None
+    for d in sim.devices:
+        st = sim.stats.devices.get(d.name, DeviceStats())
+        fleet.merge(st)
+        d._integrate(now)
+        energy = d.energy_j + d.radio_j
+        tl = sim.stats.timelines.get(d.name)
+        pk = max(tl.max_temp_c if tl else -math.inf, d.thermal.temp_c)
+        bw = d.battery_wh
+        rows.append(_row(d.name, st, now, energy, d.throttled_s, (d.decisions, d.offloaded),
+                         pk, bw))
+        tot_e += energy
+        tot_thr += d.throttled_s
+        tot_dec += d.decisions
+        tot_off += d.offloaded
+        peak = max(peak, pk)
+        if bw is not None:
+            bat = (bat or 0.0) + bw
+    n = max(1, len(sim.devices))
+    fleet_row = _row("fleet", fleet, now, tot_e, tot_thr / n, (tot_dec, tot_off), peak, bat)
+    return Summary(scenario=sim.scenario.name, policy=sim.policy.name, seed=sim.seed,
+                   sim_time_s=now, devices=rows, fleet=fleet_row,
+                   mean_in_system=sim.mean_in_system, events=sim.loop.events)
+
+
+def _fmt(x: float | None, unit: str = "", digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    if unit == "%":
+        return f"{100 * x:.1f}%"
+    if unit == "ms":
+        return f"{1000 * x:.0f}" if x >= 0.1 else f"{1000 * x:.1f}"
+    return f"{x:.{digits}g}"
+
+
+COLUMNS: list[tuple[str, str, str]] = [
+    ("requests", "requests", ""), ("ok", "ok", ""), ("dropped", "drop", ""),
+    ("failed", "fail", ""),
+    ("e2e_p50_s", "p50 ms", "ms"), ("e2e_p90_s", "p90 ms", "ms"), ("e2e_p99_s", "p99 ms", "ms"),
+    ("ttft_p50_s", "ttft50 ms", "ms"), ("slo_attainment", "SLO", "%"),
+    ("throughput_rps", "req/s", ""), ("energy_per_request_j", "J/req", ""),
+    ("throttled_share", "throttled", "%"), ("offload_share", "offload", "%"),
+    ("peak_temp_c", "peak °C", ""), ("battery_left_wh", "battery Wh", ""),
+]
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(header)]
+    lines = ["  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(header, widths, strict=True)))]
+    lines.append("  ".join("-" * w for w in widths))
+    for r in rows:
+        lines.append("  ".join(c.rjust(w) if i else c.ljust(w)
+                               for i, (c, w) in enumerate(zip(r, widths, strict=True))))
+    return "\n".join(lines)
+
+
+def format_summary(s: Summary) -> str:
+    header = ["device"] + [c[1] for c in COLUMNS]
+    rows = []
+    for d in [*s.devices, s.fleet] if len(s.devices) > 1 else s.devices:
+        rows.append([d.name] + [
+            str(getattr(d, k)) if u == "" and isinstance(getattr(d, k), int) else _fmt(getattr(d, k), u)
+            for k, _, u in COLUMNS])
+    title = (f"scenario {s.scenario}, policy {s.policy}, seed {s.seed}: "
+             f"{s.sim_time_s:.1f} s simulated, {s.events} events")
+    return title + "\n" + table(rows, header)

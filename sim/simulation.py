@@ -1,0 +1,302 @@
+"""The simulation: devices, links and cloud servers on one clock, fed by workloads, steered by a policy.
+
+Use it whole (``Simulation(scenario).run()`` → :class:`~sim.report.Summary`) or step by step, the
+way the terminal UI does::
+
+    sim = Simulation(load_scenario(), trace_path="out/sim.jsonl")
+    sim.add_record_sink(on_record)          # every finished RequestRecord
+    sim.add_sample_sink(on_sample)          # every DeviceSample (each sample_interval_s)
+    while not sim.finished:
+        sim.run_until(sim.now_s + 1.0)      # advance one simulated second
+        states = sim.device_states()        # temperature, clock, battery, queue, offload share
+        sim.set_policy("thermal_aware")     # switch policy while it runs
+    summary = sim.close()
+
+Records are written to the trace (if any) in batches as requests finish, and folded into streaming
+statistics; nothing per-request is kept, except the last ``recent_size`` records for the UI.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from edgeserve.records import (
+    DeviceSample,
+    Outcome,
+    RequestRecord,
+    TraceHeader,
+    TraceItem,
+    TraceWriter,
+)
+from sim.cloud import CloudServer
+from sim.config import PolicyConfig, Scenario
+from sim.device import Device
+from sim.job import Job
+from sim.loop import EventLoop
+from sim.policies import Placement, Policy, make_policy
+from sim.report import Summary, summarize
+from sim.stats import StatsCollector
+from sim.workload import Arrival, ImageGeometry, arrivals
+
+RecordSink = Callable[[RequestRecord], Any]
+SampleSink = Callable[[DeviceSample], Any]
+
+_BATCH = 4096  # records encoded per msgspec call
+
+
+class _Source:
+    """The arrival stream of one device."""
+
+    __slots__ = ("device", "geom", "it", "n", "next")
+
+    def __init__(self, device: Device, it: Iterator[Arrival], geom: ImageGeometry) -> None:
+        self.device = device
+        self.it = it
+        self.geom = geom
+        self.n = 0
+        self.next: Arrival | None = None
+
+
+class Simulation:
+    """A discrete-event run of one scenario; see the module docstring for the stepping API."""
+
+    def __init__(self, scenario: Scenario, policy: Policy | PolicyConfig | str | None = None,
+                 trace_path: str | Path | None = None, seed: int | None = None,
+                 recent_size: int = 1000) -> None:
+        self.scenario = scenario
+        self.seed = scenario.seed if seed is None else seed
+        self.policy = make_policy(policy if policy is not None else scenario.policy)
+        self.loop = EventLoop()
+        self.stats = StatsCollector(scenario.slo.e2e_s, scenario.slo.ttft_s)
+        self.recent: deque[RequestRecord] = deque(maxlen=recent_size)
+        self._record_sinks: list[RecordSink] = [self.stats.on_record, self.recent.append]
+        self._sample_sinks: list[SampleSink] = []
+        self._buf: list[TraceItem] = []
+        self.writer: TraceWriter | None = None
+        if trace_path is not None:
+            self.writer = TraceWriter(trace_path, TraceHeader(
+                producer="edgeserve sim", clock="sim",
+                meta={"scenario": scenario.name, "policy": self.policy.name, "seed": self.seed}))
+        seed_s = str(self.seed)
+        self.clouds: dict[str, CloudServer] = {
+            c.name: CloudServer(self.loop, c.name, c.profile, c.replicas, self._cloud_done)
+            for c in scenario.cloud
+        }
+        default_cloud = next(iter(self.clouds.values()), None)
+        self.devices: list[Device] = []
+        self._sources: list[_Source] = []
+        for entry in scenario.devices:
+            cloud = self.clouds[entry.cloud] if entry.cloud is not None else default_cloud
+            for i in range(entry.count):
+                name = entry.name if entry.count == 1 else f"{entry.name}-{i}"
+                dev = Device(self.loop, name, entry.profile, entry.link, cloud,
+                             random.Random(f"{seed_s}:service:{name}"), self._finished)
+                self.devices.append(dev)
+                src = _Source(dev, arrivals(entry.workload, random.Random(f"{seed_s}:workload:{name}")),
+                              ImageGeometry(entry.workload.image))
+                self._sources.append(src)
+        self.max_requests = scenario.requests if scenario.requests is not None else math.inf
+        self.duration_s = scenario.duration_s if scenario.duration_s is not None else math.inf
+        self.arrived = 0
+        self.completed = 0
+        self.in_system = 0
+        self._area = 0.0  # ∫ requests in system dt (Little's law)
+        self._area_t = 0.0
+        self._open_sources = 0
+        for src in self._sources:
+            self._queue_next(src)
+        self.loop.at(0.0, self._on_sample)
+        self._closed = False
+
+    # ---- stepping API --------------------------------------------------------------------
+    @property
+    def now_s(self) -> float:
+        return self.loop.now
+
+    @property
+    def finished(self) -> bool:
+        """No more arrivals will come and every request has left."""
+        return self._open_sources == 0 and self.in_system == 0
+
+    def run_until(self, t_s: float) -> None:
+        """Advance the simulation to simulated time ``t_s`` (or until nothing is left to do)."""
+        self.loop.run_until(t_s)
+
+    def run(self, progress: bool = False) -> Summary:
+        """Run to the end (all arrivals served) and return the summary; closes the trace."""
+        if not progress:
+            self.loop.run_until(math.inf)
+            return self.close()
+        from tqdm import tqdm
+
+        total = None if self.max_requests == math.inf else int(self.max_requests)
+        with tqdm(total=total, unit="req", desc=self.scenario.name, mininterval=0.5) as bar:
+            step = self.scenario.sample_interval_s * 50
+            while not self.finished and self.loop.next_time() < math.inf:
+                self.loop.run_until(self.loop.now + step)
+                bar.update(self.completed - bar.n)
+        return self.close()
+
+    def set_policy(self, policy: Policy | PolicyConfig | str) -> None:
+        """Switch the policy; decisions from now on use the new one."""
+        self.policy = make_policy(policy)
+
+    def add_record_sink(self, fn: RecordSink) -> None:
+        """Call ``fn(record)`` for every request that leaves the system (finished, failed, dropped)."""
+        self._record_sinks.append(fn)
+
+    def add_sample_sink(self, fn: SampleSink) -> None:
+        """Call ``fn(sample)`` for every periodic :class:`~edgeserve.records.DeviceSample`."""
+        self._sample_sinks.append(fn)
+
+    def device_states(self) -> list[DeviceSample]:
+        """Every device's state now (temperature, clock level, battery, queue, offload share)."""
+        return [d.sample() for d in self.devices]
+
+    def recent_records(self, n: int = 100) -> list[RequestRecord]:
+        return list(self.recent)[-n:]
+
+    def summary(self) -> Summary:
+        """Statistics so far (final after :meth:`run` / :meth:`close`)."""
+        return summarize(self)
+
+    @property
+    def mean_in_system(self) -> float:
+        """Time-average number of requests in the system so far (L in Little's law)."""
+        self._account(self.loop.now)
+        return self._area / self._area_t if self._area_t > 0 else 0.0
+
+    def close(self) -> Summary:
+        """Flush and close the trace; returns the final summary. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            for d in self.devices:
+                d.active = False
+            if self.writer is not None:
+                self._buf.extend(self.device_states())
+                self.writer.write_many(self._buf)
+                self._buf.clear()
+                self.writer.close()
+        return self.summary()
+
+    # ---- arrivals ------------------------------------------------------------------------
+    def _queue_next(self, src: _Source) -> None:
+        nxt = next(src.it, None)
+        if nxt is None or nxt[0] > self.duration_s:
+            if src.next is not None:
+                self._open_sources -= 1
+            src.next = None
+            return
+        if src.next is None:
+            self._open_sources += 1
+        src.next = nxt
+        self.loop.at(nxt[0], self._on_arrival, src)
+
+    def _account(self, now: float) -> None:
+        self._area += self.in_system * (now - self._area_t)
+        self._area_t = now
+
+    def _on_arrival(self, ev: Any) -> None:
+        src: _Source = ev._value
+        if src.next is None:
+            return  # the source was closed (request budget reached) after this was scheduled
+        t, w, h, b, text, out, deadline = src.next
+        dev = src.device
+        self.arrived += 1
+        n = src.n = src.n + 1
+        self._area += self.in_system * (t - self._area_t)
+        self._area_t = t
+        self.in_system += 1
+        th, tw, itok = src.geom.target(w, h)
+        rec = RequestRecord(
+            id=f"{dev.name}-{n}", device=dev.name, arrived_s=t, image_bytes=b,
+            num_images=1 if w else 0, source_width=w, source_height=h, target_width=tw,
+            target_height=th, image_tokens=itok, prompt_tokens=text + itok, output_tokens=out,
+            max_tokens=out, deadline_s=deadline)
+        job = Job(rec, dev, w * h, tw * th, itok, text + itok, out)
+        # the next arrival is drawn before the decision, so policies cannot shift arrivals
+        if self.arrived >= self.max_requests:
+            self._stop_sources()
+        else:
+            self._queue_next(src)
+        if dev.battery_capacity_wh is not None and dev.battery_wh == 0.0:
+            rec.outcome = Outcome.FAILED
+            rec.error = "battery depleted"
+            rec.placement = "none"
+            self._finished(job)
+            return
+        d = self.policy.decide(job, dev)
+        rec.decision_reason = d.reason
+        if d.resolution_scale != 1.0:
+            self._downgrade(job, src.geom, d.resolution_scale, text)
+        dev.decisions += 1
+        placement = d.placement
+        if placement is Placement.LOCAL:
+            rec.placement = "local"
+            dev.admit(job)
+        elif placement is Placement.CLOUD and dev.cloud is not None:
+            rec.placement = dev.cloud.placement
+            dev.offloaded += 1
+            dev.offload(job)
+        else:
+            rec.placement = "drop"
+            rec.outcome = Outcome.DROPPED
+            rec.error = d.reason
+            self._finished(job)
+
+    def _stop_sources(self) -> None:
+        for s in self._sources:
+            s.next = None
+        self._open_sources = 0
+
+    @staticmethod
+    def _downgrade(job: Job, geom: ImageGeometry, scale: float, text: int) -> None:
+        rec = job.rec
+        w = max(1, int(rec.source_width * scale))
+        h = max(1, int(rec.source_height * scale))
+        th, tw, itok = geom.target(w, h)
+        rec.source_width, rec.source_height = w, h
+        rec.image_bytes = int(rec.image_bytes * scale * scale)
+        rec.target_width, rec.target_height, rec.image_tokens = tw, th, itok
+        rec.prompt_tokens = text + itok
+        job.source_pixels, job.target_pixels = w * h, tw * th
+        job.image_tokens, job.prompt_tokens = itok, text + itok
+
+    # ---- departures and samples -----------------------------------------------------------
+    def _cloud_done(self, job: Job) -> None:
+        job.device.cloud_done(job)
+
+    def _finished(self, job: Job) -> None:
+        now = self.loop.now
+        self._area += self.in_system * (now - self._area_t)
+        self._area_t = now
+        self.in_system -= 1
+        self.completed += 1
+        rec = job.rec
+        for sink in self._record_sinks:
+            sink(rec)
+        if self.writer is not None:
+            buf = self._buf
+            buf.append(rec)
+            if len(buf) >= _BATCH:
+                self.writer.write_many(buf)
+                buf.clear()
+
+    def _on_sample(self, ev: Any) -> None:
+        for d in self.devices:
+            s = d.sample()
+            self.stats.on_sample(s, d.decisions, d.offloaded)
+            for sink in self._sample_sinks:
+                sink(s)
+            if self.writer is not None:
+                self._buf.append(s)
+        if not self.finished:
+            self.loop.after(self.scenario.sample_interval_s, self._on_sample)
+        else:
+            for d in self.devices:
+                d.active = False

@@ -1,0 +1,207 @@
+"""Streaming statistics: summaries of a million requests without keeping a million records.
+
+Latencies go into :class:`Histogram`, a fixed array of logarithmic buckets (1 % wide, from
+100 µs to 10⁵ s): adding is O(1), quantiles are accurate to half a bucket (±0.5 %), means are
+exact (the sum is kept), and histograms of devices merge into the fleet's by adding counts.
+Device samples go into :class:`Series`, which keeps at most ``max_points`` by averaging neighbours
+when full, for plots of long runs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from edgeserve.records import DeviceSample, Outcome, RequestRecord
+
+_LO_S = 1e-4
+_RATIO = 1.01
+_LOG_RATIO = math.log(_RATIO)
+_NBUCKETS = int(math.log(1e5 / _LO_S) / _LOG_RATIO) + 2
+
+
+class Histogram:
+    """Log-bucketed histogram of positive durations in seconds."""
+
+    __slots__ = ("count", "counts", "max", "sum")
+
+    def __init__(self) -> None:
+        self.counts = [0] * _NBUCKETS
+        self.count = 0
+        self.sum = 0.0
+        self.max = 0.0
+
+    def add(self, x: float) -> None:
+        self.count += 1
+        self.sum += x
+        if x > self.max:
+            self.max = x
+        i = int(math.log(x / _LO_S) / _LOG_RATIO) + 1 if x > _LO_S else 0
+        self.counts[i if i < _NBUCKETS else _NBUCKETS - 1] += 1
+
+    def merge(self, other: Histogram) -> None:
+        self.count += other.count
+        self.sum += other.sum
+        self.max = max(self.max, other.max)
+        c = self.counts
+        for i, n in enumerate(other.counts):
+            if n:
+                c[i] += n
+
+    @property
+    def mean(self) -> float:
+        return self.sum / self.count if self.count else math.nan
+
+    def quantile(self, q: float) -> float:
+        """The ``q``-quantile (0..1), at the geometric middle of its bucket."""
+        if not self.count:
+            return math.nan
+        rank = q * self.count
+        seen = 0
+        for i, n in enumerate(self.counts):
+            seen += n
+            if n and seen >= rank:
+                if i == 0:
+                    return _LO_S
+                return min(self.max, _LO_S * _RATIO ** (i - 0.5))
+        return self.max
+
+    def cdf_points(self) -> tuple[list[float], list[float]]:
+        """(latency_s, cumulative fraction) at bucket upper edges, for CDF plots."""
+        xs, ys = [], []
+        seen = 0
+        for i, n in enumerate(self.counts):
+            if n:
+                seen += n
+                xs.append(_LO_S * _RATIO**i)
+                ys.append(seen / self.count)
+        return xs, ys
+
+
+class Series:
+    """A bounded time series: keeps ≤ ``max_points`` by halving resolution when full."""
+
+    __slots__ = ("max_points", "stride", "t", "v", "_acc", "_acc_n")
+
+    def __init__(self, max_points: int = 4000) -> None:
+        self.max_points = max_points
+        self.stride = 1
+        self.t: list[float] = []
+        self.v: list[float] = []
+        self._acc = 0.0
+        self._acc_n = 0
+
+    def add(self, t: float, v: float) -> None:
+        self._acc += v
+        self._acc_n += 1
+        if self._acc_n < self.stride:
+            return
+        self.t.append(t)
+        self.v.append(self._acc / self._acc_n)
+        self._acc = 0.0
+        self._acc_n = 0
+        if len(self.t) >= self.max_points:
+            self.t = self.t[1::2]
+            self.v = [(a + b) / 2 for a, b in zip(self.v[::2], self.v[1::2], strict=False)]
+            self.stride *= 2
+
+
+@dataclass(slots=True)
+class DeviceStats:
+    """Counters of one device (or of the fleet)."""
+
+    requests: int = 0
+    ok: int = 0
+    failed: int = 0
+    dropped: int = 0
+    offloaded: int = 0
+    slo_met: int = 0
+    e2e: Histogram = field(default_factory=Histogram)
+    ttft: Histogram = field(default_factory=Histogram)
+    e2e_local: Histogram = field(default_factory=Histogram)
+    e2e_cloud: Histogram = field(default_factory=Histogram)
+    last_finish_s: float = 0.0
+
+    def merge(self, o: DeviceStats) -> None:
+        self.requests += o.requests
+        self.ok += o.ok
+        self.failed += o.failed
+        self.dropped += o.dropped
+        self.offloaded += o.offloaded
+        self.slo_met += o.slo_met
+        self.e2e.merge(o.e2e)
+        self.ttft.merge(o.ttft)
+        self.e2e_local.merge(o.e2e_local)
+        self.e2e_cloud.merge(o.e2e_cloud)
+        self.last_finish_s = max(self.last_finish_s, o.last_finish_s)
+
+
+@dataclass(slots=True)
+class Timeline:
+    """Per-device series for plots: temperature, clock level, power, offload share per interval."""
+
+    temp_c: Series = field(default_factory=Series)
+    clock_level: Series = field(default_factory=Series)
+    power_w: Series = field(default_factory=Series)
+    offload_share: Series = field(default_factory=Series)
+    battery_wh: Series = field(default_factory=Series)
+    max_temp_c: float = -math.inf
+    _decisions: int = 0
+    _offloaded: int = 0
+
+
+class StatsCollector:
+    """Receives finished records and device samples; keeps only fixed-size summaries."""
+
+    def __init__(self, slo_e2e_s: float, slo_ttft_s: float | None) -> None:
+        self.slo_e2e_s = slo_e2e_s
+        self.slo_ttft_s = slo_ttft_s
+        self.devices: dict[str, DeviceStats] = {}
+        self.timelines: dict[str, Timeline] = {}
+
+    def on_record(self, rec: RequestRecord) -> None:
+        st = self.devices.get(rec.device)  # type: ignore[arg-type]
+        if st is None:
+            st = self.devices[rec.device] = DeviceStats()  # type: ignore[index]
+        st.requests += 1
+        out = rec.outcome
+        cloud = rec.uplink_end_s is not None
+        if cloud:
+            st.offloaded += 1
+        if out is Outcome.OK:
+            st.ok += 1
+            fin = rec.finished_s
+            e2e = fin - rec.arrived_s  # type: ignore[operator]
+            st.e2e.add(e2e)
+            (st.e2e_cloud if cloud else st.e2e_local).add(e2e)
+            ttft = rec.first_token_s - rec.arrived_s  # type: ignore[operator]
+            st.ttft.add(ttft)
+            if fin > st.last_finish_s:  # type: ignore[operator]
+                st.last_finish_s = fin  # type: ignore[assignment]
+            if e2e <= self.slo_e2e_s and (self.slo_ttft_s is None or ttft <= self.slo_ttft_s) \
+                    and (rec.deadline_s is None or fin <= rec.deadline_s):  # type: ignore[operator]
+                st.slo_met += 1
+        elif out is Outcome.DROPPED:
+            st.dropped += 1
+        else:
+            st.failed += 1
+
+    def on_sample(self, s: DeviceSample, decisions: int, offloaded: int) -> None:
+        tl = self.timelines.get(s.device)
+        if tl is None:
+            tl = self.timelines[s.device] = Timeline()
+        tl.temp_c.add(s.t_s, s.temp_c)
+        tl.clock_level.add(s.t_s, s.clock_level)
+        tl.power_w.add(s.t_s, s.power_w)
+        if s.battery_wh is not None:
+            tl.battery_wh.add(s.t_s, s.battery_wh)
+        dd = decisions - tl._decisions
+        tl.offload_share.add(s.t_s, (offloaded - tl._offloaded) / dd if dd else 0.0)
+        tl._decisions, tl._offloaded = decisions, offloaded
+        tl.max_temp_c = max(tl.max_temp_c, s.temp_c)
+
+    def fleet(self) -> DeviceStats:
+        total = DeviceStats()
+        for st in self.devices.values():
+            total.merge(st)
+        return total

@@ -1,0 +1,139 @@
+"""Workloads: when requests arrive at a device, and what they carry.
+
+- ``poisson``: independent arrivals at ``rate_hz`` (exponential gaps) — many independent users.
+- ``gamma``: gaps drawn from a gamma distribution with mean ``1/rate_hz`` and coefficient of
+  variation ``cv``; ``cv > 1`` is bursty (clusters and lulls), ``cv < 1`` smoother than Poisson.
+- ``periodic``: ``streams`` cameras at ``fps`` each, with random phases; every frame has a
+  deadline (``deadline_s``, default one frame period) after which its answer is useless.
+- ``replay``: arrival times and sizes of a recorded runtime trace (``RequestRecord`` lines).
+
+Each request carries an image (a size from the weighted ``image.sizes`` list; its JPEG bytes
+follow from ``jpeg_bytes_per_pixel``), ``text_tokens`` of prompt text and an output length drawn
+uniformly from ``output_tokens = [lo, hi]``. The model's input size follows Qwen2-VL's
+``smart_resize``: both sides rounded to multiples of 28 px, the area kept within
+``[min_pixels, max_pixels]``; one image token per 28×28 px.
+
+Every workload draws from its own random stream, seeded by (scenario seed, device name), so runs
+with the same seed see the same arrivals whatever the policy does with them.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import random
+from collections.abc import Iterator
+from itertools import accumulate
+
+from edgeserve.records import RequestRecord, read_trace
+from sim.config import ImageConfig, WorkloadConfig, WorkloadKind
+
+#: (t_s, width, height, image_bytes, text_tokens, output_tokens, deadline_s | None)
+Arrival = tuple[float, int, int, int, int, int, float | None]
+
+
+def smart_resize(height: int, width: int, factor: int = 28, min_pixels: int = 56 * 56,
+                 max_pixels: int = 28 * 28 * 1280) -> tuple[int, int]:
+    """Qwen2-VL's resize rule: sides multiples of ``factor``, area within the pixel bounds."""
+    h_bar = max(factor, round(height / factor) * factor)
+    w_bar = max(factor, round(width / factor) * factor)
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt(height * width / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+class ImageGeometry:
+    """Cached ``(target_h, target_w, image_tokens)`` for source sizes under one image config."""
+
+    def __init__(self, cfg: ImageConfig) -> None:
+        self.cfg = cfg
+        self._cache: dict[tuple[int, int], tuple[int, int, int]] = {}
+
+    def target(self, width: int, height: int) -> tuple[int, int, int]:
+        key = (width, height)
+        hit = self._cache.get(key)
+        if hit is None:
+            if width <= 0 or height <= 0:  # a text-only request
+                self._cache[key] = (0, 0, 0)
+                return (0, 0, 0)
+            c = self.cfg
+            th, tw = smart_resize(height, width, c.factor, c.min_pixels, c.max_pixels)
+            hit = (th, tw, th * tw // c.pixels_per_token)
+            self._cache[key] = hit
+        return hit
+
+
+def arrivals(cfg: WorkloadConfig, rng: random.Random) -> Iterator[Arrival]:
+    """The endless (or, for replay, finite) arrival stream of one device."""
+    if cfg.kind is WorkloadKind.REPLAY:
+        yield from _replay(cfg)
+        return
+    img = cfg.image
+    sizes = [(s.width, s.height, int(s.width * s.height * img.jpeg_bytes_per_pixel))
+             for s in img.sizes]
+    cum = list(accumulate(s.weight for s in img.sizes))
+    total = cum[-1]
+    lo, hi = cfg.output_tokens
+    span = hi - lo + 1
+    text = cfg.text_tokens
+    single = len(sizes) == 1
+    rand = rng.random
+
+    def features() -> tuple[int, int, int, int]:
+        w, h, b = sizes[0] if single else sizes[bisect.bisect_right(cum, rand() * total)]
+        return w, h, b, lo + int(rand() * span)
+
+    if cfg.kind is WorkloadKind.PERIODIC:
+        period = 1.0 / cfg.fps
+        deadline = cfg.deadline_s if cfg.deadline_s is not None else period
+        phases = sorted(rand() * period for _ in range(cfg.streams))
+        k = 0
+        while True:
+            base = k * period
+            for ph in phases:
+                w, h, b, out = features()
+                t = base + ph
+                yield (t, w, h, b, text, out, t + deadline)
+            k += 1
+    t = 0.0
+    dl = cfg.deadline_s
+    if cfg.kind is WorkloadKind.POISSON:
+        rate = cfg.rate_hz
+        expo = rng.expovariate
+        while True:
+            t += expo(rate)
+            w, h, b, out = features()
+            yield (t, w, h, b, text, out, None if dl is None else t + dl)
+    # gamma: shape k = 1/cv², scale θ = cv²/rate gives mean 1/rate and the requested cv
+    shape = 1.0 / (cfg.cv * cfg.cv)
+    scale = cfg.cv * cfg.cv / cfg.rate_hz
+    gamma = rng.gammavariate
+    while True:
+        t += gamma(shape, scale)
+        w, h, b, out = features()
+        yield (t, w, h, b, text, out, None if dl is None else t + dl)
+
+
+def _replay(cfg: WorkloadConfig) -> Iterator[Arrival]:
+    """Arrivals of a recorded trace, sorted by arrival, starting at t = 0."""
+    assert cfg.trace is not None
+    rows: list[tuple[float, int, int, int, int, int]] = []
+    for item in read_trace(cfg.trace):
+        if isinstance(item, RequestRecord):
+            text = max(0, item.prompt_tokens - item.image_tokens)
+            rows.append((item.arrived_s, item.source_width, item.source_height,
+                         item.image_bytes, text, max(1, item.output_tokens or item.max_tokens)))
+    rows.sort()
+    if not rows:
+        return
+    t0 = rows[0][0]
+    dl = cfg.deadline_s
+    for t, w, h, b, text, out in rows:
+        ts = (t - t0) * cfg.time_scale
+        yield (ts, w, h, b, text, out, None if dl is None else ts + dl)
