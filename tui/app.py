@@ -123,7 +123,7 @@ class TuiApp(App[int]):
         try:
             await self.source.start()
         except SourceError as e:
-            self.exit(2, message=f"edgeserve tui: {e}")
+            self.exit(return_code=2, message=f"edgeserve tui: {e}")
             return
         self._started = True
         self.set_interval(self.config.refresh_s, self._tick)

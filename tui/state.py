@@ -219,6 +219,8 @@ class PipelineState:
             elif isinstance(item, EngineMetrics):
                 self._fold_metrics(item)
             t = event_time(item)
+            if isinstance(item, EngineMetrics) and (self.finished_total or self._resources):
+                continue  # scraped on the UI's clock: does not move a server-clocked "now"
             if math.isfinite(t):
                 if self.now_s is None or t > self.now_s:
                     self.now_s = t
@@ -391,14 +393,15 @@ class PipelineState:
         if s is not None:
             workers = Workers(tuple(s.worker_busy), tuple(s.worker_stage), s.engine_busy, s.stall_s)
         else:
-            rows = self.timeline.rows(now, 1) if now is not None else []
+            rows = self.timeline.rows(now - 1e-9, 1) if now is not None else []
             busy = tuple(r.cells[0].busy for r in rows[:-1])
             workers = Workers(busy, (), rows[-1].cells[0].busy if rows else None, None)
         devices = tuple(
             DeviceView(d, self._device_info.get(name), tuple(self._temp_hist.get(name, ())))
             for name, d in sorted(self._devices.items())
         )
-        rows = self.timeline.rows(now, timeline_columns) if now is not None else []
+        # a bucket ends at its upper bound: at now = 2.0 the newest full column is [1, 2)
+        rows = self.timeline.rows(now - 1e-9, timeline_columns) if now is not None else []
         return Snapshot(
             now_s=now,
             overview=overview,

@@ -127,13 +127,17 @@ class TraceIndex:
             self.start_s = min(self.start_s, t)
             self.end_s = max(self.end_s, t)
             if not self.times or running >= self.times[-1] + INDEX_STEP_S:
-                self.times.append(running if self.times else t)
+                self.times.append(running)  # -inf for the first line: nothing before it
                 self.offsets.append(here)
             running = max(running, t)
 
     def offset_before(self, t_s: float) -> int:
-        """An offset from which reading forward sees every item with event time ``>= t_s``."""
-        i = bisect.bisect_right(self.times, t_s) - 1
+        """An offset from which reading forward sees every item with event time ``>= t_s``.
+
+        ``times[i]`` is the latest event time of all lines before ``offsets[i]``, so starting at
+        the last checkpoint with ``times[i] < t_s`` skips only items older than ``t_s``.
+        """
+        i = bisect.bisect_left(self.times, t_s) - 1
         return self.offsets[max(0, i)] if self.offsets else 0
 
 

@@ -1,0 +1,43 @@
+"""Fixtures for the UI tests: a deterministic recorded trace, a frozen host, a fake wall clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tui.host import FixedProbe, HostStats
+from tui.synthetic import SyntheticConfig, write_trace
+
+TRACE_CONFIG = SyntheticConfig(rate_per_s=20.0, duration_s=60.0, workers=4, devices=2, seed=7)
+
+
+class FakeWall:
+    """A wall clock that moves only when a test says so."""
+
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, dt_s: float) -> None:
+        self.t += dt_s
+
+
+@pytest.fixture(scope="session")
+def trace_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """60 s of synthetic runtime trace: 4 workers, a heavy-image burst at 20-25 s and 40-45 s,
+    a failure every 97 requests, resource samples each second, and two devices' samples."""
+    return write_trace(tmp_path_factory.mktemp("trace") / "run.jsonl", TRACE_CONFIG)
+
+
+@pytest.fixture
+def wall() -> FakeWall:
+    return FakeWall()
+
+
+@pytest.fixture
+def host() -> FixedProbe:
+    return FixedProbe(HostStats(cpu_percent=12.5, per_cpu_percent=(10.0, 15.0), mem_percent=40.0,
+                                gpu_note="no NVIDIA GPU (NVML not available)"))
