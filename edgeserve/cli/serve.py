@@ -1,0 +1,128 @@
+"""``edgeserve serve``: flags → :class:`~edgeserve.config.ServeConfig` → the server.
+
+Every flag defaults to "not given" so that a ``--config`` file's value wins over the built-in
+default and a flag given on the command line wins over both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from edgeserve.config import DEFAULT_MODEL_DIR, ConfigError, ServeConfig, default_workers
+
+# flag dest → ServeConfig field (engine options as "engine.<field>")
+_FIELDS = {
+    "model": "model", "served_model_name": "served_model_name", "host": "host", "port": "port",
+    "mode": "mode", "workers": "workers", "max_pending": "max_pending",
+    "max_inflight": "max_inflight", "retry_after": "retry_after_s",
+    "allowed_media_dir": "allowed_media_dir", "allow_http_media": "allow_http_media",
+    "http_timeout": "http_timeout_s", "max_image_bytes": "max_image_bytes",
+    "max_image_pixels": "max_image_pixels", "max_images_per_request": "max_images_per_request",
+    "min_pixels": "min_pixels", "max_pixels": "max_pixels", "fast_decode": "fast_decode",
+    "trace": "trace", "sample_interval": "sample_interval_s", "drain_timeout": "drain_timeout_s",
+    "max_model_len": "engine.max_model_len", "max_num_seqs": "engine.max_num_seqs",
+    "gpu_memory_utilization": "engine.gpu_memory_utilization", "dtype": "engine.dtype",
+    "enforce_eager": "engine.enforce_eager", "seed": "engine.seed",
+    "enable_prefix_caching": "engine.enable_prefix_caching",
+}
+
+
+def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
+    p = subparsers.add_parser(
+        "serve", help=help_,
+        description="Run the OpenAI-compatible VLM server. Image preprocessing runs in worker "
+        "processes apart from the vLLM engine (--mode split) or on the frontend's event loop "
+        "(--mode inline, for comparison). Endpoints: POST /v1/chat/completions, GET /v1/models, "
+        "/health, /metrics (Prometheus), /v1/events (SSE stream of request records and "
+        "resource samples).",
+        argument_default=None,
+    )
+    a = p.add_argument
+    a("--config", metavar="FILE", help="YAML or JSON file with ServeConfig fields; flags override it")
+    g = p.add_argument_group("model and network")
+    g.add_argument("--model", metavar="DIR", help=f"model directory (default: {DEFAULT_MODEL_DIR})")
+    g.add_argument("--served-model-name", metavar="NAME",
+                   help="name clients use in 'model' (default: the model path)")
+    g.add_argument("--host", help="listen address (default: 127.0.0.1)")
+    g.add_argument("--port", type=int, help="listen port (default: 8000)")
+    g = p.add_argument_group("preprocessing")
+    g.add_argument("--mode", choices=["split", "inline"],
+                   help="split: worker processes; inline: on the frontend's event loop "
+                   "(default: split)")
+    g.add_argument("--workers", type=int, metavar="N",
+                   help=f"preprocessing worker processes (default: cores - 2, at least 1; "
+                   f"here {default_workers()})")
+    g.add_argument("--min-pixels", type=int,
+                   help="smallest resized image area (default: the model's preprocessor config)")
+    g.add_argument("--max-pixels", type=int,
+                   help="largest resized image area; one image token per 28x28 pixels "
+                   "(default: the model's preprocessor config)")
+    g.add_argument("--no-fast-decode", dest="fast_decode", action="store_const", const=False,
+                   help="decode JPEGs at full size instead of at 1/2..1/8 scale when the target "
+                   "is small enough")
+    g = p.add_argument_group("admission and limits")
+    g.add_argument("--max-pending", type=int, metavar="N",
+                   help="requests waiting for a preprocessing worker before 429 (default: 64)")
+    g.add_argument("--max-inflight", type=int, metavar="N",
+                   help="admitted requests in total before 429 (default: 256)")
+    g.add_argument("--retry-after", type=int, metavar="S",
+                   help="Retry-After seconds sent with 429/503 (default: 1)")
+    g.add_argument("--max-image-bytes", type=int, metavar="N",
+                   help="largest encoded image (default: 20 MiB)")
+    g.add_argument("--max-image-pixels", type=int, metavar="N",
+                   help="largest source image in pixels, refused before decoding "
+                   "(default: 64000000)")
+    g.add_argument("--max-images-per-request", type=int, metavar="N", help="default: 4")
+    g = p.add_argument_group("media sources")
+    g.add_argument("--allowed-media-dir", metavar="DIR",
+                   help="allow file:// image URLs inside DIR (default: none allowed)")
+    g.add_argument("--allow-http-media", action="store_const", const=True,
+                   help="allow http(s) image URLs, fetched with --http-timeout and "
+                   "--max-image-bytes limits (default: off)")
+    g.add_argument("--http-timeout", type=float, metavar="S", help="default: 10")
+    g = p.add_argument_group("observability and lifecycle")
+    g.add_argument("--trace", metavar="FILE",
+                   help="write request records and resource samples as JSON Lines")
+    g.add_argument("--sample-interval", type=float, metavar="S",
+                   help="resource sample period (default: 1.0)")
+    g.add_argument("--drain-timeout", type=float, metavar="S",
+                   help="on SIGTERM, wait this long for in-flight requests (default: 30)")
+    g = p.add_argument_group("vLLM engine (passed through)")
+    g.add_argument("--max-model-len", type=int, help="default: 4096")
+    g.add_argument("--max-num-seqs", type=int, help="default: 16")
+    g.add_argument("--gpu-memory-utilization", type=float,
+                   help="KV-cache memory fraction; on vLLM's CPU build a fraction of host "
+                   "memory (default: 0.1)")
+    g.add_argument("--dtype", help="default: auto")
+    g.add_argument("--enforce-eager", action="store_const", const=True, help="default: off")
+    g.add_argument("--seed", type=int, help="engine seed (default: 0)")
+    g.add_argument("--no-prefix-caching", dest="enable_prefix_caching", action="store_const",
+                   const=False, help="disable vLLM's prefix cache")
+    p.set_defaults(func=run)
+
+
+def config_from_args(args: argparse.Namespace) -> ServeConfig:
+    from edgeserve.config import build_config, load_config_file
+
+    file_values = load_config_file(args.config) if args.config else {}
+    overrides = {field: getattr(args, dest, None) for dest, field in _FIELDS.items()}
+    return build_config(file_values, overrides)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        cfg = config_from_args(args)
+    except ConfigError as e:
+        print(f"edgeserve serve: {e}", file=sys.stderr)
+        return 2
+    import asyncio
+
+    from edgeserve.server.app import serve
+
+    try:
+        asyncio.run(serve(cfg))
+    except OSError as e:
+        print(f"edgeserve serve: {e}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,236 @@
+"""Configuration of ``edgeserve serve``: one validated object, built from flags or a file.
+
+:class:`ServeConfig` holds everything the server needs; :class:`EngineOptions` is the part passed
+through to vLLM's engine. Both validate themselves on construction, so a bad value fails at start
+with a message that names the field, never deep inside a worker or the engine.
+
+A config file (YAML or JSON) has the same field names; the engine options sit under ``engine``::
+
+    model: models/tiny-qwen2-vl
+    workers: 2
+    mode: split
+    allowed_media_dir: /data/images
+    engine:
+      max_model_len: 4096
+      max_num_seqs: 8
+      gpu_memory_utilization: 0.1
+
+Flags given on the command line override the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "tiny-qwen2-vl"
+
+
+class ConfigError(ValueError):
+    """A configuration value a user gave that cannot work; the message says which and why."""
+
+
+class PreprocMode(enum.StrEnum):
+    """Where image preprocessing runs."""
+
+    SPLIT = "split"  # in worker processes, apart from the frontend and the engine
+    INLINE = "inline"  # on the frontend's event loop (the comparison baseline)
+
+
+def default_workers() -> int:
+    """One worker per core, leaving one core to the frontend and one to the engine; at least 1."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) - 2)
+
+
+@dataclass(slots=True, frozen=True)
+class EngineOptions:
+    """vLLM engine options passed through to ``AsyncEngineArgs``.
+
+    ``gpu_memory_utilization`` is the memory fraction for the KV cache; on vLLM's CPU build it is a
+    fraction of host memory, and the upstream default (0.92) does not fit a small machine, so the
+    default here is 0.1. ``extra`` carries any other ``AsyncEngineArgs`` field by name.
+    """
+
+    max_model_len: int = 4096
+    max_num_seqs: int = 16
+    gpu_memory_utilization: float = 0.1
+    dtype: str = "auto"
+    enforce_eager: bool = False
+    seed: int = 0
+    enable_prefix_caching: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.max_model_len < 16:
+            raise ConfigError(f"engine.max_model_len must be >= 16, got {self.max_model_len}")
+        if self.max_num_seqs < 1:
+            raise ConfigError(f"engine.max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ConfigError(
+                "engine.gpu_memory_utilization must be in (0, 1], "
+                f"got {self.gpu_memory_utilization}"
+            )
+
+
+@dataclass(slots=True, frozen=True)
+class ServeConfig:
+    """Everything ``edgeserve serve`` needs, validated on construction.
+
+    Image size policy: each image is resized (Qwen2-VL ``smart_resize``, 28-px factor) so that its
+    area lies in ``[min_pixels, max_pixels]``; one image token covers 28×28 pixels. Admission:
+    at most ``max_pending`` requests wait for a worker and at most ``max_inflight`` requests are
+    admitted in total; beyond either the server answers 429 with ``Retry-After``.
+    """
+
+    model: str = str(DEFAULT_MODEL_DIR)
+    served_model_name: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    mode: PreprocMode = PreprocMode.SPLIT
+    workers: int = field(default_factory=default_workers)
+    # admission
+    max_pending: int = 64
+    max_inflight: int = 256
+    retry_after_s: int = 1
+    # media
+    allowed_media_dir: str | None = None
+    allow_http_media: bool = False
+    http_timeout_s: float = 10.0
+    max_image_bytes: int = 20 * 1024 * 1024
+    max_image_pixels: int = 64_000_000
+    max_images_per_request: int = 4
+    # preprocessing (None: the model's preprocessor_config.json values)
+    min_pixels: int | None = None
+    max_pixels: int | None = None
+    preproc_backend: str = "auto"
+    fast_decode: bool = True
+    # observability
+    trace: str | None = None
+    sample_interval_s: float = 1.0
+    # lifecycle
+    drain_timeout_s: float = 30.0
+    engine: EngineOptions = field(default_factory=EngineOptions)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.mode, PreprocMode):
+            try:
+                object.__setattr__(self, "mode", PreprocMode(self.mode))
+            except ValueError:
+                raise ConfigError(f"mode must be 'split' or 'inline', got {self.mode!r}") from None
+        if isinstance(self.engine, dict):
+            object.__setattr__(self, "engine", _engine_from_dict(self.engine))
+        if not Path(self.model).exists():
+            raise ConfigError(
+                f"model {self.model!r} does not exist; build the default tiny model with "
+                "`edgeserve models build-tiny`, or pass --model DIR"
+            )
+        if self.workers < 1:
+            raise ConfigError(f"workers must be >= 1, got {self.workers}")
+        if not 0 < self.port < 65536:
+            raise ConfigError(f"port must be in 1..65535, got {self.port}")
+        for name in ("max_pending", "max_inflight", "max_image_bytes", "max_image_pixels",
+                     "max_images_per_request", "retry_after_s"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        model_min, model_max = _model_pixel_limits(Path(self.model))
+        if self.min_pixels is None:
+            object.__setattr__(self, "min_pixels", model_min)
+        if self.max_pixels is None:
+            object.__setattr__(self, "max_pixels", model_max)
+        assert self.min_pixels is not None and self.max_pixels is not None
+        if self.min_pixels < 28 * 28 or self.max_pixels < self.min_pixels:
+            raise ConfigError(
+                f"need 784 <= min_pixels <= max_pixels, got {self.min_pixels}, {self.max_pixels}"
+            )
+        if self.allowed_media_dir is not None and not Path(self.allowed_media_dir).is_dir():
+            raise ConfigError(f"allowed_media_dir {self.allowed_media_dir!r} is not a directory")
+        if self.sample_interval_s <= 0 or self.http_timeout_s <= 0 or self.drain_timeout_s < 0:
+            raise ConfigError("sample_interval_s and http_timeout_s must be > 0, drain_timeout_s >= 0")
+
+    @property
+    def model_name(self) -> str:
+        """The name clients put in ``model`` (and ``GET /v1/models`` lists)."""
+        return self.served_model_name or self.model
+
+    def replace(self, **changes: Any) -> ServeConfig:
+        return dataclasses.replace(self, **changes)
+
+
+def _model_pixel_limits(model_dir: Path) -> tuple[int, int]:
+    """``(min_pixels, max_pixels)`` from the model's preprocessor config (Qwen2-VL defaults)."""
+    lo, hi = 56 * 56, 28 * 28 * 1280
+    try:
+        cfg = json.loads((model_dir / "preprocessor_config.json").read_text())
+    except (OSError, ValueError):
+        return lo, hi
+    size = cfg.get("size") or {}
+    lo = int(cfg.get("min_pixels") or size.get("shortest_edge") or lo)
+    hi = int(cfg.get("max_pixels") or size.get("longest_edge") or hi)
+    return lo, hi
+
+
+def _engine_from_dict(d: dict[str, Any]) -> EngineOptions:
+    known = {f.name for f in dataclasses.fields(EngineOptions)}
+    extra = dict(d.get("extra", {}))
+    kwargs = {}
+    for k, v in d.items():
+        if k == "extra":
+            continue
+        if k in known:
+            kwargs[k] = v
+        else:
+            extra[k] = v
+    return EngineOptions(**kwargs, extra=extra)
+
+
+def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a YAML or JSON config file into a dict of :class:`ServeConfig` fields.
+
+    Unknown top-level keys are an error (a typo should not be silently ignored).
+    """
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {p}: {e.strerror}") from None
+    try:
+        if p.suffix == ".json":
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except Exception as e:  # any parse error becomes one clear message
+        raise ConfigError(f"cannot parse config file {p}: {e}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {p} must hold a mapping of field names to values")
+    known = {f.name for f in dataclasses.fields(ServeConfig)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"config file {p}: unknown field(s) {', '.join(unknown)}")
+    return data
+
+
+def build_config(file_values: dict[str, Any], overrides: dict[str, Any]) -> ServeConfig:
+    """Merge a config file's values with flag overrides (``None`` = flag not given)."""
+    values = dict(file_values)
+    engine = dict(values.pop("engine", {}) or {})
+    for k, v in overrides.items():
+        if v is None:
+            continue
+        if k.startswith("engine."):
+            engine[k.removeprefix("engine.")] = v
+        else:
+            values[k] = v
+    try:
+        return ServeConfig(**values, engine=_engine_from_dict(engine))
+    except TypeError as e:
+        raise ConfigError(str(e)) from None

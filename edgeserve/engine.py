@@ -1,0 +1,157 @@
+"""The engine side: vLLM's ``AsyncLLM`` (its EngineCore runs in a process of its own) and a stat
+logger that tells the frontend when the engine steps.
+
+Images reach vLLM already decoded and resized to the exact ``smart_resize`` target, as uint8
+arrays. The server passes the same ``min_pixels``/``max_pixels`` as ``mm_processor_kwargs`` so
+vLLM's Qwen2-VL processor leaves the size alone and only rescales, normalizes and patchifies.
+Each image carries a content hash as its ``multi_modal_uuids`` entry, so vLLM does not hash the
+pixels itself and its multimodal caches hit when an image repeats.
+
+Engine busy time comes from vLLM's public stat-logger interface: with
+``enable_logging_iteration_details`` every step's ``SchedulerStats`` carries
+``iteration_details.elapsed_ms``. :class:`EngineActivityLogger` forwards those to the
+:class:`~edgeserve.stalls.StallMeter`, together with the scheduler's queue lengths.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from edgeserve.config import ServeConfig
+from edgeserve.stalls import StallMeter
+
+if TYPE_CHECKING:
+    from vllm.outputs import RequestOutput
+
+
+@dataclass(slots=True)
+class EngineState:
+    """What the stat logger last heard from the engine."""
+
+    running: int = 0
+    waiting: int = 0
+    kv_cache_usage: float = 0.0
+    aborted_total: int = 0
+
+
+def _make_logger_factory(meter: StallMeter, state: EngineState) -> Any:
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class EngineActivityLogger(StatLoggerBase):
+        """Feeds engine steps and queue lengths to the frontend's stall meter."""
+
+        def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+            self.engine_index = engine_index
+
+        def record(self, scheduler_stats: Any, iteration_stats: Any,
+                   mm_cache_stats: Any = None, engine_idx: int = 0) -> None:
+            if scheduler_stats is None:
+                return
+            state.running = scheduler_stats.num_running_reqs
+            state.waiting = scheduler_stats.num_waiting_reqs
+            state.kv_cache_usage = scheduler_stats.kv_cache_usage
+            details = scheduler_stats.iteration_details
+            if details is not None and not details.is_dummy:
+                meter.engine_step(time.monotonic(), details.elapsed_ms / 1000.0)
+
+        def log_engine_initialized(self) -> None:
+            return None
+
+    return EngineActivityLogger
+
+
+class Engine:
+    """A thin wrapper around ``AsyncLLM``: prompt building, sampling parameters, generation."""
+
+    def __init__(self, config: ServeConfig, meter: StallMeter) -> None:
+        self.config = config
+        self.meter = meter
+        self.state = EngineState()
+        self._llm: Any = None
+        self._tokenizer: Any = None
+        # transformers' Qwen2-VL processor takes the pixel limits as size bounds
+        self.mm_kwargs = {"size": {"shortest_edge": config.min_pixels,
+                                   "longest_edge": config.max_pixels}}
+
+    def start(self) -> None:
+        """Create the engine (loads the model, starts EngineCore; tens of seconds on CPU)."""
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        opts = self.config.engine
+        args = AsyncEngineArgs(
+            model=self.config.model,
+            served_model_name=[self.config.model_name],
+            max_model_len=opts.max_model_len,
+            max_num_seqs=opts.max_num_seqs,
+            gpu_memory_utilization=opts.gpu_memory_utilization,
+            dtype=opts.dtype,  # type: ignore[arg-type]  # validated by vLLM
+            enforce_eager=opts.enforce_eager,
+            seed=opts.seed,
+            enable_prefix_caching=opts.enable_prefix_caching,
+            limit_mm_per_prompt={"image": self.config.max_images_per_request, "video": 0},
+            mm_processor_kwargs=self.mm_kwargs,
+            disable_log_stats=True,  # no periodic log lines; our logger still receives stats
+            enable_logging_iteration_details=True,
+            **opts.extra,
+        )
+        factory = _make_logger_factory(self.meter, self.state)
+        self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[factory])
+        self._tokenizer = self._llm.get_tokenizer()
+
+    def shutdown(self) -> None:
+        if self._llm is not None:
+            self._llm.shutdown()
+            self._llm = None
+
+    @property
+    def errored(self) -> bool:
+        return self._llm is None or bool(self._llm.errored)
+
+    def build_prompt(self, messages: list[dict[str, Any]]) -> str:
+        return str(self._tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        ))
+
+    def sampling_params(self, *, max_tokens: int | None, temperature: float | None,
+                        top_p: float | None, top_k: int | None, seed: int | None,
+                        stop: list[str] | None, ignore_eos: bool, min_tokens: int) -> Any:
+        from vllm.sampling_params import RequestOutputKind, SamplingParams
+
+        kwargs: dict[str, Any] = {
+            "max_tokens": max_tokens,
+            "temperature": 1.0 if temperature is None else temperature,
+            "seed": seed,
+            "ignore_eos": ignore_eos,
+            "min_tokens": min_tokens,
+            "stop": stop,
+            "output_kind": RequestOutputKind.DELTA,
+        }
+        if top_p is not None:
+            kwargs["top_p"] = top_p
+        if top_k is not None:
+            kwargs["top_k"] = top_k
+        return SamplingParams(**kwargs)
+
+    def generate(self, request_id: str, prompt: str, images: list[np.ndarray],
+                 uuids: list[str], params: Any) -> AsyncIterator[RequestOutput]:
+        engine_prompt: dict[str, Any] = {"prompt": prompt}
+        if images:
+            engine_prompt["multi_modal_data"] = {"image": images}
+            engine_prompt["multi_modal_uuids"] = {"image": uuids}
+            engine_prompt["mm_processor_kwargs"] = self.mm_kwargs
+        gen: AsyncIterator[RequestOutput] = self._llm.generate(engine_prompt, params, request_id)
+        return gen
+
+    async def abort(self, request_id: str) -> None:
+        if self._llm is not None:
+            await self._llm.abort(request_id)
+            self.state.aborted_total += 1
+
+    async def check_health(self) -> None:
+        await self._llm.check_health()

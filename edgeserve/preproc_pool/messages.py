@@ -1,0 +1,77 @@
+"""The small messages that cross the frontend ↔ worker pipes (msgpack, array-like structs).
+
+Pixels never travel in these messages: a :class:`Job` names the shared-memory segment (or the
+local file) that holds the image bytes and the segment the worker writes the resized pixels to;
+a :class:`JobResult` gives the array's shape and the worker's stage timestamps.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import msgspec
+
+
+class SourceKind(enum.StrEnum):
+    """Where a job's image bytes are."""
+
+    SHM = "shm"  # raw bytes in the job's input segment
+    SHM_BASE64 = "shm_b64"  # base64 text in the input segment (decoded by the worker)
+    FILE = "file"  # a local file the frontend already checked against --allowed-media-dir
+
+
+class ErrorKind(enum.StrEnum):
+    """Why a job failed."""
+
+    BAD_IMAGE = "bad_image"  # the input cannot be an image we accept → HTTP 400
+    INTERNAL = "internal"  # a bug or resource failure inside the worker → HTTP 500
+    WORKER_DIED = "worker_died"  # the worker process ended mid-job → HTTP 500
+
+
+class PreprocParams(msgspec.Struct, frozen=True, array_like=True):
+    """How every image is preprocessed; fixed for a server's lifetime."""
+
+    min_pixels: int
+    max_pixels: int
+    max_image_pixels: int
+    max_image_bytes: int
+    backend: str = "auto"
+    fast_decode: bool = True
+
+
+class Job(msgspec.Struct, frozen=True, array_like=True):
+    job_id: int
+    source: SourceKind
+    src: str  # input segment name, or file path
+    out_name: str  # output segment name the worker creates
+
+
+class JobResult(msgspec.Struct, array_like=True, tag="result"):
+    job_id: int
+    ok: bool
+    error_kind: ErrorKind | None = None
+    error: str | None = None
+    shape: tuple[int, ...] = ()
+    dtype: str = "uint8"
+    image_bytes: int = 0
+    source_width: int = 0
+    source_height: int = 0
+    target_width: int = 0
+    target_height: int = 0
+    content_hash: str = ""
+    # time.monotonic() stamps taken in the worker (one clock for all processes of the host)
+    start_s: float = 0.0
+    decode_end_s: float = 0.0
+    resize_end_s: float = 0.0
+    normalize_end_s: float = 0.0
+
+
+class Ready(msgspec.Struct, array_like=True, tag="ready"):
+    """First message of a worker: imports done, waiting for jobs."""
+
+    pid: int
+
+
+encoder = msgspec.msgpack.Encoder()
+job_decoder = msgspec.msgpack.Decoder(Job)
+reply_decoder = msgspec.msgpack.Decoder(JobResult | Ready)

@@ -1,0 +1,187 @@
+"""The HTTP side of ``edgeserve serve`` (aiohttp) and the server's start-up and shutdown.
+
+Routes:
+
+* ``POST /v1/chat/completions`` — OpenAI chat completions with images (see :mod:`.chat`);
+* ``GET /v1/models`` — the one served model;
+* ``GET /health`` — 200 with the worker and engine pids once serving; 503 while draining;
+* ``GET /metrics`` — Prometheus text: ``edgeserve_*`` and vLLM's ``vllm:*`` metrics;
+* ``GET /v1/events`` — Server-Sent Events: each event's ``data`` is one trace line
+  (:func:`edgeserve.records.encode`): a ``request`` record when a request finishes and a
+  ``sample`` every ``--sample-interval``. The first event is the trace ``header``.
+
+Start-up order: workers, then the engine (tens of seconds on CPU), then the HTTP listener — so a
+``/health`` that answers at all means ready. Shutdown (SIGTERM/SIGINT): stop admitting (503),
+wait for in-flight requests up to ``--drain-timeout``, cancel the rest (their engine requests are
+aborted), then stop the listener, workers and engine, and close the trace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+from edgeserve import records
+from edgeserve.config import PreprocMode, ServeConfig
+from edgeserve.engine import Engine
+from edgeserve.metrics import Metrics
+from edgeserve.preproc_pool import shm
+from edgeserve.preproc_pool.inline import InlinePreproc
+from edgeserve.preproc_pool.messages import PreprocParams
+from edgeserve.preproc_pool.pool import PreprocPool
+from edgeserve.server.chat import handle_chat
+from edgeserve.server.context import ServerContext
+from edgeserve.server.media import MediaPolicy
+from edgeserve.stalls import StallMeter
+from edgeserve.tracing import Recorder, ResourceSampler, host_name
+
+log = logging.getLogger("edgeserve.serve")
+CTX = web.AppKey("ctx", ServerContext)
+
+
+def build_app(ctx: ServerContext) -> web.Application:
+    app = web.Application(client_max_size=ctx.config.max_image_bytes * 2 + (1 << 20))
+    app[CTX] = ctx
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        return await handle_chat(ctx, request)
+
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/health", health)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/v1/events", events)
+    return app
+
+
+async def models(request: web.Request) -> web.Response:
+    ctx = request.app[CTX]
+    return web.json_response({"object": "list", "data": [{
+        "id": ctx.config.model_name, "object": "model", "created": int(time.time()),
+        "owned_by": "edgeserve", "max_model_len": ctx.config.engine.max_model_len,
+    }]})
+
+
+async def health(request: web.Request) -> web.Response:
+    ctx = request.app[CTX]
+    p = ctx.preproc
+    workers = []
+    if isinstance(p, PreprocPool):
+        workers = [{"index": s.index, "pid": s.pid, "ready": s.ready, "busy": s.job is not None,
+                    "restarts": s.restarts} for s in p.slots]
+    body = {
+        "status": "draining" if ctx.draining else "ok",
+        "mode": ctx.config.mode.value,
+        "pid": os.getpid(),
+        "workers": workers,
+        "inflight": ctx.inflight,
+        "engine": {"running": ctx.engine.state.running, "waiting": ctx.engine.state.waiting,
+                   "aborted_total": ctx.engine.state.aborted_total},
+    }
+    status = 503 if ctx.draining or ctx.engine.errored else 200
+    return web.json_response(body, status=status)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = generate_latest(REGISTRY)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def events(request: web.Request) -> web.StreamResponse:
+    ctx = request.app[CTX]
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                       "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    q = ctx.recorder.hub.subscribe()
+    try:
+        await resp.write(b"data: " + records.encode(ctx.recorder.header).rstrip(b"\n") + b"\n\n")
+        while True:
+            line = await q.get()
+            if line is None:
+                break
+            await resp.write(b"data: " + line.rstrip(b"\n") + b"\n\n")
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass
+    finally:
+        ctx.recorder.hub.unsubscribe(q)
+    return resp
+
+
+# ---- running ----------------------------------------------------------------------------
+async def serve(cfg: ServeConfig, ready_message: bool = True) -> None:
+    """Run the server until SIGTERM/SIGINT; returns after a clean shutdown."""
+    loop = asyncio.get_running_loop()
+    meter = StallMeter(time.monotonic())
+    params = PreprocParams(min_pixels=int(cfg.min_pixels or 0), max_pixels=int(cfg.max_pixels or 0),
+                           max_image_pixels=cfg.max_image_pixels,
+                           max_image_bytes=cfg.max_image_bytes,
+                           backend=cfg.preproc_backend, fast_decode=cfg.fast_decode)
+    preproc: PreprocPool | InlinePreproc
+    if cfg.mode is PreprocMode.SPLIT:
+        preproc = PreprocPool(cfg.workers, params, cfg.max_pending)
+    else:
+        preproc = InlinePreproc(params, cfg.max_pending)
+    await preproc.start()
+    engine = Engine(cfg, meter)
+    try:
+        engine.start()
+    except BaseException:
+        await preproc.close()
+        raise
+    meta: dict[str, object] = {"model": cfg.model_name, "mode": cfg.mode.value,
+                               "workers": cfg.workers if cfg.mode is PreprocMode.SPLIT else 0,
+                               "min_pixels": cfg.min_pixels, "max_pixels": cfg.max_pixels,
+                               "host": host_name(), "pid": os.getpid()}
+    recorder = Recorder(cfg.trace, Metrics(), meta)
+    ctx = ServerContext(
+        config=cfg, engine=engine, preproc=preproc, meter=meter, recorder=recorder,
+        media=MediaPolicy(cfg.allowed_media_dir, cfg.allow_http_media, cfg.http_timeout_s,
+                          cfg.max_image_bytes),
+        host=host_name(),
+    )
+    sampler = ResourceSampler(cfg.sample_interval_s, recorder, meter, ctx.snapshot)
+    sampler.start()
+    runner = web.AppRunner(build_app(ctx), handler_cancellation=True, access_log=None,
+                           shutdown_timeout=5.0)
+    await runner.setup()
+    site = web.TCPSite(runner, cfg.host, cfg.port)
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await site.start()
+        if ready_message:
+            print(f"edgeserve serve: ready on http://{cfg.host}:{cfg.port} "
+                  f"(mode={cfg.mode.value}, workers={cfg.workers}, model={cfg.model_name})",
+                  flush=True)
+        await stop.wait()
+        await _drain(ctx)
+    finally:
+        recorder.hub.close()  # ends /v1/events streams so the listener can close
+        await runner.cleanup()
+        await sampler.stop()
+        await preproc.close()
+        engine.shutdown()
+        recorder.close()
+        shm.sweep(os.getpid())
+
+
+async def _drain(ctx: ServerContext) -> None:
+    """Stop admitting; wait for in-flight requests up to the drain timeout; cancel the rest."""
+    ctx.draining = True
+    deadline = time.monotonic() + ctx.config.drain_timeout_s
+    while ctx.inflight > 0 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    if ctx.inflight > 0 and ctx.handler_tasks:
+        log.warning("drain timeout: cancelling %d in-flight requests", len(ctx.handler_tasks))
+        for t in list(ctx.handler_tasks):
+            t.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait(list(ctx.handler_tasks), timeout=5.0)

@@ -1,0 +1,61 @@
+"""The server's shared state, built once at start-up and handed to every route."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from edgeserve.config import ServeConfig
+from edgeserve.engine import Engine
+from edgeserve.preproc_pool.inline import InlinePreproc
+from edgeserve.preproc_pool.pool import PreprocPool
+from edgeserve.server.media import MediaPolicy
+from edgeserve.stalls import StallMeter
+from edgeserve.tracing import Recorder
+
+
+@dataclass(slots=True)
+class ServerContext:
+    config: ServeConfig
+    engine: Engine
+    preproc: PreprocPool | InlinePreproc
+    meter: StallMeter
+    recorder: Recorder
+    media: MediaPolicy
+    host: str
+    inflight: int = 0
+    draining: bool = False
+    handler_tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    started_s: float = field(default_factory=time.monotonic)
+    _last_busy: list[float] = field(default_factory=list)
+    _last_busy_t: float = field(default_factory=time.monotonic)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Queue depths and worker state for the resource sampler."""
+        now = time.monotonic()
+        p = self.preproc
+        if isinstance(p, PreprocPool):
+            busy_now = [s.busy_s(now) for s in p.slots]
+            stage = ["preproc" if s.job is not None else ("idle" if s.ready else "starting")
+                     for s in p.slots]
+        else:
+            busy_now = [p.busy_total_s]
+            stage = ["preproc" if p.running else "idle"]
+        dt = now - self._last_busy_t
+        if len(self._last_busy) != len(busy_now):
+            self._last_busy = [0.0] * len(busy_now)
+        fractions = [min(1.0, max(0.0, (b - a) / dt)) if dt > 0 else 0.0
+                     for a, b in zip(self._last_busy, busy_now, strict=True)]
+        self._last_busy, self._last_busy_t = busy_now, now
+        return {
+            "preproc_queue": p.queued,
+            "preproc_running": p.running,
+            "engine_waiting": self.engine.state.waiting,
+            "engine_running": self.engine.state.running,
+            "inflight": self.inflight,
+            "worker_busy": fractions,
+            "worker_stage": stage,
+            "worker_pids": p.worker_pids(),
+        }
