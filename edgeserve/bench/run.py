@@ -14,7 +14,7 @@ from typing import Any
 from edgeserve.bench.arrivals import ArrivalConfig, arrival_offsets_s
 from edgeserve.bench.report import DEFAULT_PERCENTILES, detailed, run_header, summarize
 from edgeserve.bench.runner import fetch_model_id, run_load
-from edgeserve.bench.server_metrics import scrape, server_figures
+from edgeserve.bench.server_metrics import has_settling_counters, scrape, server_figures
 from edgeserve.bench.workload import PreparedRequest, WorkloadConfig, prepare_requests
 
 
@@ -32,6 +32,7 @@ class RunConfig:
     save_detailed: bool = False
     progress: bool = True
     first_image_number: int = 0  # sweeps keep images unique across their runs
+    metrics_settle_s: float = 2.5  # wait before the closing /metrics scrape (edgeserve only)
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
@@ -74,6 +75,8 @@ async def run_benchmark(
         progress=config.progress,
         progress_desc=config.label or "requests",
     )
+    if before is not None and has_settling_counters(before):
+        await asyncio.sleep(config.metrics_settle_s)  # let the server book the run's last window
     after = await scrape(config.base_url)
     result = run_header(
         label=config.label,

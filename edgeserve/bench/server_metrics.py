@@ -10,8 +10,10 @@ seconds counter the time accumulated during the run. From that:
   its CPU stages (decode, resize, normalize, queueing for a worker). A histogram with a ``stage``
   label is broken out per stage.
 * **server stall fraction** — a counter whose name contains ``stall`` and ends in
-  ``_seconds_total`` (edgeserve's engine-idle-while-work-waits time), divided by the run's
-  duration. vLLM has no such counter; for it only the client-side estimate
+  ``_seconds_total`` (edgeserve's ``edgeserve_engine_stall_seconds``: engine idle while work
+  waits in a CPU stage), divided by the run's duration; likewise the engine busy fraction from a
+  ``…busy_seconds`` counter. edgeserve settles these counters once per sample interval, so the
+  second scrape waits for that (``settle_s``). vLLM has no such counter; for it only the client-side estimate
   (:func:`edgeserve.bench.report.client_stall_fraction`) exists.
 
 Scraping is two small GETs outside the timed part; nothing is sampled during the run, so the
@@ -77,7 +79,7 @@ async def scrape(base_url: str, timeout_s: float = 10.0) -> Snapshot | None:
 
 
 def _stage_name(family: str, labels: tuple[tuple[str, str], ...]) -> str:
-    name = family.split(":", 1)[-1].removesuffix("_seconds")
+    name = family.removesuffix("_seconds")
     stage = dict(labels).get("stage")
     return f"{name}[{stage}]" if stage else name
 
@@ -95,13 +97,24 @@ def server_figures(before: Snapshot, after: Snapshot, duration_s: float) -> dict
         sums[name] += total - before.hist_sum.get(key, 0.0)
         counts[name] += after.hist_count.get(key, 0.0) - before.hist_count.get(key, 0.0)
     stage_mean_ms = {n: 1000.0 * sums[n] / counts[n] for n in sorted(sums) if counts[n] > 0}
-    stall_s = None
-    for (family, _labels), value in after.counters.items():
-        if "stall" in family and family.endswith("_seconds"):
-            delta = value - before.counters.get((family, _labels), 0.0)
-            stall_s = (stall_s or 0.0) + delta
+    counter_s: dict[str, float] = {}
+    for key, value in after.counters.items():
+        family = key[0]
+        if family.endswith("_seconds") and family.startswith(SERVER_PREFIXES):
+            counter_s[family] = counter_s.get(family, 0.0) + value - before.counters.get(key, 0.0)
+    stall_s = sum(v for f, v in counter_s.items() if "stall" in f) if any(
+        "stall" in f for f in counter_s) else None
+    busy_s = sum(v for f, v in counter_s.items() if "busy" in f) if any(
+        "busy" in f for f in counter_s) else None
     return {
         "stage_mean_ms": stage_mean_ms,
+        "counter_seconds": counter_s,
         "stall_s": stall_s,
         "stall_fraction": None if stall_s is None or duration_s <= 0 else stall_s / duration_s,
+        "engine_busy_fraction": None if busy_s is None or duration_s <= 0 else busy_s / duration_s,
     }
+
+
+def has_settling_counters(snap: Snapshot) -> bool:
+    """Does the server settle its seconds counters periodically (edgeserve does, vLLM not)?"""
+    return any(f.startswith("edgeserve") and f.endswith("_seconds") for f, _ in snap.counters)

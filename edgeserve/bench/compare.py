@@ -1,0 +1,346 @@
+"""The head-to-head: edgeserve (split, inline) against stock vLLM servers, in one run.
+
+Each server kind is started as a subprocess pinned with ``taskset`` to the same cores, serving the
+same model; every workload (e.g. 12 MP photos, then a small-image mix) is swept over the same
+request rates with the same arrival schedules and image sizes; the server is stopped; the next
+one starts. With ``rounds > 1`` the whole sequence repeats (A B C D A B C D …), and ratios are
+taken per round, so slow drift of a shared machine hits every system alike.
+
+Server kinds (:class:`ServerKind`):
+
+* ``edgeserve-split``  — ``edgeserve serve --mode split``: preprocessing in worker processes.
+* ``edgeserve-inline`` — ``edgeserve serve --mode inline``: the same preprocessing on the
+  frontend's event loop (what the split buys).
+* ``vllm``             — ``python -m vllm.entrypoints.openai.api_server`` (= ``vllm serve``).
+* ``vllm-asc2``        — the same with ``--api-server-count 2`` (two API processes share the
+  image work).
+
+The headline figure per workload is the max sustainable request rate (TTFT p99 within the bound,
+no failures) of each system, and the ratio edgeserve-split / vllm, with the stall fractions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import json
+import os
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from edgeserve.bench.sweep import SweepConfig, SweepResult, format_sweep_table, run_sweep
+
+KV_CACHE_BYTES = 256 * 1024 * 1024  # plenty for the tiny model; a fixed size starts on a busy host
+
+
+class ServerKind(enum.StrEnum):
+    EDGESERVE_SPLIT = "edgeserve-split"
+    EDGESERVE_INLINE = "edgeserve-inline"
+    VLLM = "vllm"
+    VLLM_ASC2 = "vllm-asc2"
+
+
+def server_argv(kind: ServerKind, model: Path, port: int, extra: str = "") -> list[str]:
+    """The command line that starts ``kind`` on ``port`` (without the taskset prefix)."""
+    py = sys.executable
+    if kind in (ServerKind.EDGESERVE_SPLIT, ServerKind.EDGESERVE_INLINE):
+        mode = "split" if kind is ServerKind.EDGESERVE_SPLIT else "inline"
+        argv = [py, "-m", "edgeserve", "serve", "--model", str(model), "--port", str(port),
+                "--mode", mode]
+    else:
+        argv = [py, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+                "--port", str(port), "--host", "127.0.0.1", "--max-model-len", "4096",
+                "--max-num-seqs", "16", "--gpu-memory-utilization", "0.1",
+                "--kv-cache-memory-bytes", str(KV_CACHE_BYTES), "--disable-uvicorn-access-log"]
+        if kind is ServerKind.VLLM_ASC2:
+            argv += ["--api-server-count", "2"]
+    return argv + shlex.split(extra)
+
+
+@dataclass(slots=True, frozen=True)
+class CompareConfig:
+    model_path: Path
+    servers: tuple[ServerKind, ...]
+    sweeps: tuple[tuple[str, SweepConfig], ...]  # (workload name, sweep) — base_url on `port`
+    server_cores: str = "0,1"
+    client_cores: str = ""
+    rounds: int = 1
+    port: int = 18500
+    startup_timeout_s: float = 300.0
+    extra_server_args: tuple[tuple[str, str], ...] = ()
+    out_dir: Path = Path("results/compare")
+    server_env: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.servers:
+            raise ValueError("no servers to compare")
+        if not self.sweeps:
+            raise ValueError("no workloads to sweep")
+        if self.rounds < 1:
+            raise ValueError("rounds must be >= 1")
+        if not Path(self.model_path).exists():
+            raise ValueError(f"model {self.model_path} does not exist (edgeserve models build-tiny)")
+        known = {k.value for k in ServerKind}
+        for kind, _ in self.extra_server_args:
+            if kind not in known:
+                raise ValueError(f"--server-arg for unknown server {kind!r}")
+        for cores in (self.server_cores, self.client_cores):
+            if cores and not all(c.strip().isdigit() for c in cores.replace("-", ",").split(",")):
+                raise ValueError(f"bad CPU list {cores!r}: use e.g. 0,1 or 0-1")
+
+
+class ServerProcess:
+    """A server started in its own process group, logged to a file, stopped by its group id."""
+
+    def __init__(self, argv: list[str], cores: str, log_path: Path, env: dict[str, str]) -> None:
+        self.argv = (["taskset", "-c", cores] if cores else []) + argv
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_path
+        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            self.argv, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, **env},
+        )
+
+    async def wait_ready(self, base_url: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(
+                        f"server exited with code {self.proc.returncode} during start-up; "
+                        f"last lines of {self.log_path}:\n{_tail(self.log_path)}"
+                    )
+                try:
+                    async with session.get(base_url + "/v1/models") as resp:
+                        if resp.status == 200:
+                            return
+                except (aiohttp.ClientError, TimeoutError):
+                    pass
+                await asyncio.sleep(1.0)
+        raise RuntimeError(f"server not ready after {timeout_s:.0f} s; see {self.log_path}")
+
+    def stop(self, grace_s: float = 30.0) -> None:
+        """SIGINT the process group, then SIGTERM, then SIGKILL."""
+        for sig, wait_s in ((signal.SIGINT, grace_s), (signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+            if self.proc.poll() is not None:
+                break
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.proc.wait(timeout=wait_s)
+            except subprocess.TimeoutExpired:
+                continue
+        # children of the group (vLLM's EngineCore) may outlive the leader briefly
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self._log.close()
+
+
+def _tail(path: Path, n: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+@dataclass(slots=True)
+class CompareResult:
+    """sweeps[workload][server] = one SweepResult per round."""
+
+    sweeps: dict[str, dict[str, list[SweepResult]]] = field(default_factory=dict)
+    setup: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, workload: str, server: str, sweep: SweepResult) -> None:
+        self.sweeps.setdefault(workload, {}).setdefault(server, []).append(sweep)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "setup": self.setup,
+            "summary": summary(self),
+            "sweeps": {w: {s: [r.to_json() for r in rs] for s, rs in by.items()}
+                       for w, by in self.sweeps.items()},
+        }
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def stall_at(sweep: SweepResult, rate: float) -> tuple[float | None, float | None]:
+    """(client-estimated, server-reported) stall fraction of the run at offered ``rate``."""
+    for p in sweep.points:
+        if float(p["request_rate"]) == rate:
+            server = p.get("server") or {}
+            return p.get("stall_fraction"), server.get("stall_fraction")
+    return None, None
+
+
+def summary(result: CompareResult) -> dict[str, Any]:
+    """Per workload: each server's max sustained rate (median over rounds, min, max), the stall
+    fraction at the highest rate every server ran, and the per-round ratio split / vllm."""
+    out: dict[str, Any] = {}
+    for workload, by_server in result.sweeps.items():
+        common_rates = set.intersection(
+            *[{float(p["request_rate"]) for r in rs for p in r.points} for rs in by_server.values()]
+        )
+        common = max(common_rates) if common_rates else None
+        entry: dict[str, Any] = {"common_rate": common, "servers": {}}
+        for server, rounds in by_server.items():
+            rates = [r.max_rate_interp_rps or 0.0 for r in rounds]
+            tested = [r.max_rate_rps or 0.0 for r in rounds]
+            stalls = [stall_at(r, common) for r in rounds] if common is not None else []
+            entry["servers"][server] = {
+                "max_rate_interp_median": _median(rates),
+                "max_rate_interp_min": min(rates),
+                "max_rate_interp_max": max(rates),
+                "max_rate_tested_median": _median(tested),
+                "stall_fraction_at_common_rate": _median([s[0] for s in stalls if s[0] is not None]),
+                "server_stall_fraction_at_common_rate": _median(
+                    [s[1] for s in stalls if s[1] is not None]),
+            }
+        split, base = by_server.get(ServerKind.EDGESERVE_SPLIT), by_server.get(ServerKind.VLLM)
+        if split and base:
+            ratios = [
+                (a.max_rate_interp_rps or 0.0) / b.max_rate_interp_rps
+                for a, b in zip(split, base, strict=False)
+                if b.max_rate_interp_rps
+            ]
+            if ratios:
+                entry["ratio_split_over_vllm"] = {
+                    "median": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
+                    "rounds": len(ratios),
+                }
+        out[workload] = entry
+    return out
+
+
+def format_summary_table(result: CompareResult) -> str:
+    lines = []
+    for workload, entry in summary(result).items():
+        lines.append(f"### workload {workload}")
+        lines.append("")
+        common = entry["common_rate"]
+        lines.append(
+            "| server | max sustained req/s (interp., median) | min–max over rounds | "
+            f"stall @ {common:g} req/s (client est.) | stall (server) |"
+            if common is not None else "| server | max sustained req/s | min–max | stall | stall (server) |"
+        )
+        lines.append("|---|---:|---:|---:|---:|")
+        for server, s in entry["servers"].items():
+            lines.append(
+                f"| {server} | {_f(s['max_rate_interp_median'])} | "
+                f"{_f(s['max_rate_interp_min'])}–{_f(s['max_rate_interp_max'])} | "
+                f"{_f(s['stall_fraction_at_common_rate'])} | "
+                f"{_f(s['server_stall_fraction_at_common_rate'])} |"
+            )
+        if "ratio_split_over_vllm" in entry:
+            r = entry["ratio_split_over_vllm"]
+            lines.append("")
+            lines.append(
+                f"edgeserve-split / vllm max sustained rate: median {r['median']:.2f}× "
+                f"(min {r['min']:.2f}×, max {r['max']:.2f}×, {r['rounds']} round(s))"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _f(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.2f}"
+
+
+def save(result: CompareResult, out_dir: Path) -> list[Path]:
+    """compare.json, compare.md (tables) and per-workload PNGs (rate curves, TTFT CDFs)."""
+    from edgeserve.bench.plots import plot_latency_cdfs, plot_rate_curves
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / "compare.json", out_dir / "compare.md"]
+    paths[0].write_text(json.dumps(result.to_json(), indent=1))
+    md = [format_summary_table(result)]
+    for workload, by_server in result.sweeps.items():
+        last_round = {s: rs[-1] for s, rs in by_server.items()}
+        md += [f"### all points, workload {workload} (last round)", "",
+               format_sweep_table(last_round), ""]
+        curves = out_dir / f"rate_curves_{workload}.png"
+        plot_rate_curves(last_round, curves, title=f"workload {workload}")
+        paths.append(curves)
+        common = summary(result)[workload]["common_rate"]
+        runs = {s: p for s, r in last_round.items() for p in r.points
+                if float(p["request_rate"]) == common}
+        cdf = out_dir / f"ttft_cdf_{workload}.png"
+        plot_latency_cdfs({f"{s} @ {common:g} req/s": p for s, p in runs.items()}, cdf)
+        paths.append(cdf)
+    paths[1].write_text("\n".join(md))
+    return paths
+
+
+async def _compare(config: CompareConfig, log: Any) -> CompareResult:
+    result = CompareResult()
+    base_url = f"http://127.0.0.1:{config.port}"
+    extra = dict(config.extra_server_args)
+    env = dict(config.server_env)
+    result.setup = {
+        "model": str(config.model_path),
+        "server_cores": config.server_cores,
+        "client_cores": config.client_cores or "not pinned",
+        "host_cores": os.cpu_count(),
+        "rounds": config.rounds,
+        "server_env": env,
+        "commands": {k.value: shlex.join(server_argv(k, config.model_path, config.port,
+                                                    extra.get(k.value, "")))
+                     for k in config.servers},
+        "sweeps": {w: {"rates": s.rates_rps, "requests_per_rate": s.requests_per_rate,
+                       "burstiness": s.burstiness, "ttft_p99_bound_ms": s.ttft_p99_bound_ms,
+                       "workload": s.base.workload.label}
+                   for w, s in config.sweeps},
+    }
+    for rnd in range(config.rounds):
+        for kind in config.servers:
+            argv = server_argv(kind, config.model_path, config.port, extra.get(kind.value, ""))
+            log(f"[round {rnd + 1}/{config.rounds}] starting {kind}: taskset -c "
+                f"{config.server_cores or '(all)'} {shlex.join(argv)}")
+            server = ServerProcess(argv, config.server_cores,
+                                   config.out_dir / "logs" / f"{kind}-r{rnd + 1}.log", env)
+            try:
+                t0 = time.monotonic()
+                await server.wait_ready(base_url, config.startup_timeout_s)
+                log(f"  ready after {time.monotonic() - t0:.0f} s")
+                for wi, (workload, sweep_cfg) in enumerate(config.sweeps):
+                    base = replace(sweep_cfg.base, base_url=base_url, label=f"{kind} {workload}",
+                                   first_image_number=(rnd * 10 + wi) * 100_000)
+                    sweep = await run_sweep(replace(sweep_cfg, base=base), log=log)
+                    result.add(workload, kind.value, sweep)
+            except RuntimeError as e:
+                log(f"  {kind} failed: {e}")
+            finally:
+                server.stop()
+            save(result, config.out_dir)  # partial results survive an interrupted comparison
+    return result
+
+
+def run_compare(config: CompareConfig, log: Any = None) -> int:
+    """Run the comparison, print the tables, write outputs to ``config.out_dir``."""
+    log = log or (lambda msg: print(msg, flush=True))
+    if config.client_cores and hasattr(os, "sched_setaffinity"):
+        cores = {int(c) for c in config.client_cores.split(",")}
+        os.sched_setaffinity(0, cores)
+    log(f"load generator on cores {sorted(os.sched_getaffinity(0))}; servers on "
+        f"{config.server_cores or 'all cores'}; {os.cpu_count()} cores on this host")
+    result = asyncio.run(_compare(config, log))
+    paths = save(result, config.out_dir)
+    log(format_summary_table(result))
+    for p in paths:
+        log(f"saved {p}")
+    return 0 if result.sweeps else 1
