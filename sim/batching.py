@@ -88,7 +88,7 @@ class BatchEngine:
         step = m.step_s(min(b, self.max_batch), self.context_tokens() + job.prompt_tokens)
         queued = self.waiting_prefill_s
         if self.prefilling is not None:
-            queued += 0.5 * m.prefill_s(self.prefilling)
+            queued += 0.5 * self.prefilling.tag
         return (queued + m.prefill_s(job) + (job.output_tokens - 1) * step) * self.clock_scale
 
     # ---- events -------------------------------------------------------------------------
@@ -102,8 +102,9 @@ class BatchEngine:
                         f"the KV cache ({self.kv_capacity_tokens} tokens) of {self.name}"
             self.on_done(job)
             return
+        job.tag = pf = self.model.prefill_s(job)  # nominal prefill seconds, priced once
         self.waiting.append(job)
-        self.waiting_prefill_s += self.model.prefill_s(job)
+        self.waiting_prefill_s += pf
         if self.prefilling is None and len(self.waiting) == 1 and (
             len(self.running) < self.max_batch
             and self.kv_used + job.prompt_tokens + job.output_tokens <= self.kv_capacity_tokens
@@ -131,7 +132,7 @@ class BatchEngine:
             need = job.prompt_tokens + job.output_tokens
             if len(self.running) < self.max_batch and self.kv_used + need <= self.kv_capacity_tokens:
                 waiting.popleft()
-                pf = self.model.prefill_s(job)
+                pf = job.tag
                 self.waiting_prefill_s = self.waiting_prefill_s - pf if waiting else 0.0
                 self.kv_used += need
                 self.prefilling = job
@@ -153,8 +154,8 @@ class BatchEngine:
             if self.on_busy is not None:
                 self.on_busy(-1)
 
-    def _on_prefilled(self, ev: Any) -> None:
-        job: Job = ev._value
+    def _on_prefilled(self, arg: Any) -> None:
+        job: Job = arg
         now = self.loop.now
         self.prefilling = None
         self.t_mark = now
@@ -169,8 +170,8 @@ class BatchEngine:
             self.sum_join += steps
         self._schedule(now)
 
-    def _on_wake(self, ev: Any) -> None:
-        if ev._value != self._version:
+    def _on_wake(self, arg: Any) -> None:
+        if arg != self._version:
             return  # superseded by a later batch change
         now = self.loop.now
         self._sync(now)

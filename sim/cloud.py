@@ -53,8 +53,15 @@ def max_concurrency(p: CloudProfile, tokens_per_request: int) -> int:
 class Roofline:
     """Prefill and decode-step times of one replica (a :class:`~sim.batching.StepModel`)."""
 
-    __slots__ = ("bw_b_s", "encode_s_per_token", "flops_s", "flops_per_token", "kv_per_token",
-                 "overhead_s", "weights_b")
+    __slots__ = (
+        "bw_b_s",
+        "encode_s_per_token",
+        "flops_per_token",
+        "flops_s",
+        "kv_per_token",
+        "overhead_s",
+        "weights_b",
+    )
 
     def __init__(self, p: CloudProfile) -> None:
         s = p.server
@@ -107,9 +114,9 @@ class CloudServer:
             return reps[0]
         return min(reps, key=lambda e: e.load)
 
-    def on_arrive(self, ev: Any) -> None:
+    def on_arrive(self, arg: Any) -> None:
         """Event: a request's bytes arrived and were preprocessed; queue it on a replica."""
-        self._pick().submit(ev._value)
+        self._pick().submit(arg)
 
     def estimate_s(self, job: Job) -> float:
         return self.preprocess_s(job) + self._pick().estimate_s(job)

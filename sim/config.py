@@ -153,9 +153,11 @@ class PidConfig:
     k_i: float = 0.05
     k_d: float = 0.0
     interval_s: float = 0.1
+    switch_on_below_c: float = 10.0  # governor idle (full speed) below control − this
 
     def __post_init__(self) -> None:
         positive(self.sustainable_power_w, "sustainable_power_w")
+        non_negative(self.switch_on_below_c, "switch_on_below_c")
         positive(self.interval_s, "interval_s")
 
 

@@ -32,7 +32,7 @@ from sim.config import DeviceProfile, GovernorKind, LinkConfig, StageName, UnitK
 from sim.job import Job
 from sim.loop import EventLoop
 from sim.network import Link
-from sim.service import ServiceTime
+from sim.service import Draws, ServiceTime
 from sim.thermal import PowerAllocatorGovernor, StepWiseGovernor, ThermalNode
 
 RADIO_W = 1.5  # assumed radio power while a transfer is on air (Wi-Fi/5G class)
@@ -58,27 +58,32 @@ class Device:
     """One simulated device instance (a scenario entry with ``count: 3`` makes three)."""
 
     def __init__(self, loop: EventLoop, name: str, profile: DeviceProfile, link_cfg: LinkConfig,
-                 cloud: CloudServer | None, rng: random.Random,
+                 cloud: CloudServer | None, seed: str,
                  on_finished: Callable[[Job], Any]) -> None:
         self.loop = loop
         self.name = name
         self.profile = profile
         self.cloud = cloud
         self.on_finished = on_finished
-        self.link = Link(link_cfg, random.Random(rng.random()))
+        self.link = Link(link_cfg, random.Random(f"{seed}:link:{name}"))
         self.link_cfg = link_cfg
         st = profile.stages
-        self.decode = ServiceTime(st[StageName.IMAGE_DECODE].model, rng)
-        self.resize = ServiceTime(st[StageName.RESIZE].model, rng)
-        self.normalize = ServiceTime(st[StageName.NORMALIZE].model, rng)
+
+        def draws(stage: str) -> Draws:  # one stream per stage: policies do not shift each other's
+            return Draws(f"{seed}:service:{name}:{stage}")
+
+        self.decode = ServiceTime(st[StageName.IMAGE_DECODE].model, draws("image_decode"))
+        self.resize = ServiceTime(st[StageName.RESIZE].model, draws("resize"))
+        self.normalize = ServiceTime(st[StageName.NORMALIZE].model, draws("normalize"))
         enc = st.get(StageName.ENCODE)
-        self.encode = ServiceTime(enc.model, rng) if enc is not None else None
+        self.encode = ServiceTime(enc.model, draws("encode")) if enc is not None else None
         # units: index, servers, dynamic power
         names = list(profile.units)
         self.unit_names = names
         self._cap = [profile.units[n].count for n in names]
         self._dyn_w = [profile.units[n].active_w - profile.units[n].idle_w for n in names]
         self._busy = [0] * len(names)
+        self._dyn_busy_w = 0.0  # Σ over busy servers of (active_w − idle_w), nominal clock
         self.static_w = profile.base_w + sum(u.idle_w * u.count for u in profile.units.values())
         self._cpu_u = names.index(st[StageName.IMAGE_DECODE].unit)
         self._enc_u = names.index(enc.unit) if enc is not None else -1
@@ -91,8 +96,8 @@ class Device:
         self.enc_queue: deque[Job] = deque()
         self.engine = BatchEngine(
             loop, f"{name}/llm",
-            LocalModel(ServiceTime(st[StageName.PREFILL].model, rng),
-                       ServiceTime(st[StageName.DECODE_STEP].model, rng)),
+            LocalModel(ServiceTime(st[StageName.PREFILL].model, draws("prefill")),
+                       ServiceTime(st[StageName.DECODE_STEP].model, draws("decode_step"))),
             profile.llm.kv_capacity_tokens, profile.llm.max_batch, self._llm_done,
             self._llm_busy)
         # clock, heat, energy
@@ -109,10 +114,12 @@ class Device:
         self.throttled_s = 0.0
         self._dyn_nominal_j = 0.0  # dynamic energy at nominal power scale (PID demand)
         self.governor_kind = profile.thermal.governor
+        self._stepwise = self.governor_kind is GovernorKind.STEP_WISE
         self.stepwise = StepWiseGovernor(profile.thermal, len(profile.dvfs))
         self.pid = PowerAllocatorGovernor(profile.thermal.pid)
         self._thermal_at = math.inf
         self.active = True  # cleared when the simulation drains; stops periodic governors
+        self.on_level: Callable[[Device], Any] | None = None  # called after each clock change
         bat = profile.battery
         self.battery_capacity_wh = bat.capacity_wh if bat else None
         self._battery_start_wh = bat.capacity_wh * bat.initial_fraction if bat else 0.0
@@ -123,6 +130,8 @@ class Device:
         self._cpu_mean_s = 0.0
         if self.governor_kind is GovernorKind.POWER_ALLOCATOR:
             self._pid_last_j = 0.0
+            self._pid_last_t = loop.now
+            self._dyn_max_w = sum(c * d for c, d in zip(self._cap, self._dyn_w, strict=True))
             loop.after(profile.thermal.pid.interval_s, self._on_pid)
         else:
             self.stepwise.update(self.thermal.temp_c)
@@ -193,6 +202,7 @@ class Device:
 
     # ---- power, heat, clock ----------------------------------------------------------------
     def _integrate(self, now: float) -> None:
+        """Account energy, throttled time and temperature from the last change up to ``now``."""
         dt = now - self._t_last
         if dt > 0.0:
             p = self.power_w
@@ -201,39 +211,44 @@ class Device:
             if self.level:
                 self.throttled_s += dt
             self._t_last = now
-            self.thermal.advance(now, p)
+            th = self.thermal  # ThermalNode.advance, inlined: this runs at every power change
+            ss = th.ambient_c + p * th.r_c_per_w
+            th.temp_c = ss + (th.temp_c - ss) * math.exp(-dt / th.tau_s)
+            th.t_s = now
+
+    def _busy_delta(self, unit: int, delta: int) -> None:
+        """A server of ``unit`` started (+1) or stopped (−1) work: power changes from now."""
+        b = self._busy[unit]
+        self._busy[unit] = b + delta
+        cap = self._cap[unit]
+        if (b < cap) if delta > 0 else (b <= cap):  # beyond cap: shared unit already counted
+            self._dyn_busy_w += delta * self._dyn_w[unit]
+            self._power_changed()
 
     def _power_changed(self) -> None:
         self._integrate(self.loop.now)
-        busy, cap, dyn = self._busy, self._cap, self._dyn_w
-        d = 0.0
-        for i in range(len(busy)):
-            b = busy[i]
-            if b:
-                d += (b if b < cap[i] else cap[i]) * dyn[i]
-        self.power_w = self.static_w + d * self._ps
-        if self.governor_kind is GovernorKind.STEP_WISE:
+        self.power_w = self.static_w + self._dyn_busy_w * self._ps
+        if self._stepwise:
             self._plan_thermal()
 
     def _plan_thermal(self) -> None:
         """Schedule the next trip-point crossing under the present power, if it comes sooner."""
-        up, down = self.stepwise.next_thresholds()
+        gov = self.stepwise
         th = self.thermal
+        ss = th.ambient_c + self.power_w * th.r_c_per_w
         t = math.inf
-        if up is not None:
-            t = th.time_to(up, self.power_w)
-        if down is not None:
-            t2 = th.time_to(down, self.power_w)
-            if t2 < t:
-                t = t2
+        if gov.active < gov.n_trips and ss > gov.trip_c[gov.active]:
+            t = th.time_to(gov.trip_c[gov.active], self.power_w)
+        elif gov.active > 0 and ss < gov.release_c[gov.active - 1]:
+            t = th.time_to(gov.release_c[gov.active - 1], self.power_w)
         if t < math.inf:
             at = self.loop.now + t
             if at < self._thermal_at:
                 self._thermal_at = at
                 self.loop.at(at, self._on_thermal, at)
 
-    def _on_thermal(self, ev: Any) -> None:
-        if ev._value != self._thermal_at:
+    def _on_thermal(self, arg: Any) -> None:
+        if arg != self._thermal_at:
             return  # superseded by an earlier crossing
         self._thermal_at = math.inf
         self._integrate(self.loop.now)
@@ -242,18 +257,32 @@ class Device:
             self._apply_level(level)
         self._plan_thermal()
 
-    def _on_pid(self, ev: Any) -> None:
+    def _on_pid(self, arg: Any) -> None:
+        """Power-allocator tick. Far below the control temperature the governor sleeps: the next
+        tick is when the node could first reach ``switch_on`` even at full power."""
         now = self.loop.now
-        interval = self.profile.thermal.pid.interval_s
+        pid_cfg = self.profile.thermal.pid
         self._integrate(now)
-        demand_w = (self._dyn_nominal_j - self._pid_last_j) / interval
+        dt = now - self._pid_last_t
+        self._pid_last_t = now
+        demand_w = (self._dyn_nominal_j - self._pid_last_j) / dt if dt > 0 else 0.0
         self._pid_last_j = self._dyn_nominal_j
-        budget = self.pid.budget_w(self.thermal.temp_c, interval)
-        level = self.pid.choose(budget, self.static_w, demand_w, self.power_scales)
-        if level != self.level:
-            self._apply_level(level)
+        temp = self.thermal.temp_c
+        switch_on = pid_cfg.control_temp_c - pid_cfg.switch_on_below_c
+        if temp < switch_on:
+            self.pid.reset()
+            if self.level != 0:
+                self._apply_level(0)
+            wait = self.thermal.time_to(switch_on, self.static_w + self._dyn_max_w)
+            wait = max(pid_cfg.interval_s, wait if wait < math.inf else pid_cfg.interval_s * 100)
+        else:
+            budget = self.pid.budget_w(temp, dt)
+            level = self.pid.choose(budget, self.static_w, demand_w, self.power_scales)
+            if level != self.level:
+                self._apply_level(level)
+            wait = pid_cfg.interval_s
         if self.active:
-            self.loop.after(interval, self._on_pid)
+            self.loop.after(wait, self._on_pid)
 
     def _apply_level(self, level: int) -> None:
         self._integrate(self.loop.now)
@@ -262,6 +291,8 @@ class Device:
         self._ps = self.power_scales[level]
         self._power_changed()
         self.engine.retime(self.scale)
+        if self.on_level is not None:
+            self.on_level(self)
 
     def set_level(self, level: int) -> None:
         """Force a clock level (tests, what-if UIs); the governor may change it again."""
@@ -276,7 +307,7 @@ class Device:
         else:
             self.cpu_queue.append(job)
 
-    def _start_cpu(self, job: Job) -> None:
+    def _start_cpu(self, job: Job, newly_busy: bool = True) -> None:
         now = self.loop.now
         rec = job.rec
         rec.worker = self._free_cores.pop()
@@ -289,19 +320,17 @@ class Device:
         rec.decode_end_s = t1
         rec.resize_end_s = t2
         rec.normalize_end_s = t3
-        self._busy[self._cpu_u] += 1
-        self._power_changed()
+        if newly_busy:
+            self._busy_delta(self._cpu_u, 1)
         self.loop.at(t3, self._cpu_done, job)
 
-    def _cpu_done(self, ev: Any) -> None:
-        job: Job = ev._value
+    def _cpu_done(self, arg: Any) -> None:
+        job: Job = arg
         self._free_cores.append(job.rec.worker)  # type: ignore[arg-type]
-        if self.cpu_queue:
-            self._busy[self._cpu_u] -= 1  # the next job's start counts it again
-            self._start_cpu(self.cpu_queue.popleft())
+        if self.cpu_queue:  # the core goes straight to the next job: power unchanged
+            self._start_cpu(self.cpu_queue.popleft(), False)
         else:
-            self._busy[self._cpu_u] -= 1
-            self._power_changed()
+            self._busy_delta(self._cpu_u, -1)
         if self.encode is not None:
             if self._enc_free:
                 self._start_enc(job)
@@ -311,29 +340,27 @@ class Device:
             job.rec.preproc_end_s = self.loop.now
             self.engine.submit(job)
 
-    def _start_enc(self, job: Job) -> None:
-        self._enc_free -= 1
+    def _start_enc(self, job: Job, newly_busy: bool = True) -> None:
         assert self.encode is not None
-        self._busy[self._enc_u] += 1
-        self._power_changed()
+        if newly_busy:
+            self._enc_free -= 1
+            self._busy_delta(self._enc_u, 1)
         self.loop.after(self.encode.sample(job) * self.scale, self._enc_done, job)
 
-    def _enc_done(self, ev: Any) -> None:
-        job: Job = ev._value
-        self._enc_free += 1
-        self._busy[self._enc_u] -= 1
+    def _enc_done(self, arg: Any) -> None:
+        job: Job = arg
         if self.enc_queue:
-            self._start_enc(self.enc_queue.popleft())
+            self._start_enc(self.enc_queue.popleft(), False)
         else:
-            self._power_changed()
+            self._enc_free += 1
+            self._busy_delta(self._enc_u, -1)
         now = self.loop.now
         job.rec.encode_end_s = now
         job.rec.preproc_end_s = now
         self.engine.submit(job)
 
     def _llm_busy(self, delta: int) -> None:
-        self._busy[self._llm_u] += delta
-        self._power_changed()
+        self._busy_delta(self._llm_u, delta)
 
     def _llm_done(self, job: Job) -> None:
         job.rec.finished_s = self.loop.now if job.rec.outcome is Outcome.OK else None
@@ -365,8 +392,8 @@ class Device:
         self.radio_j += (link.down.busy_s - busy0) * RADIO_W
         self.loop.at(t, self._downlinked, job)
 
-    def _downlinked(self, ev: Any) -> None:
-        job: Job = ev._value
+    def _downlinked(self, arg: Any) -> None:
+        job: Job = arg
         job.rec.finished_s = self.loop.now
         self.on_finished(job)
 

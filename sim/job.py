@@ -10,8 +10,16 @@ from edgeserve.records import RequestRecord
 class Job:
     """One simulated request. ``rec`` is what gets written; the other slots drive the models."""
 
-    __slots__ = ("device", "image_tokens", "output_tokens", "prompt_tokens", "rec",
-                 "source_pixels", "target_pixels", "tag")
+    __slots__ = (
+        "device",
+        "image_tokens",
+        "output_tokens",
+        "prompt_tokens",
+        "rec",
+        "source_pixels",
+        "tag",
+        "target_pixels",
+    )
 
     def __init__(self, rec: RequestRecord, device: Any, source_pixels: int, target_pixels: int,
                  image_tokens: int, prompt_tokens: int, output_tokens: int) -> None:

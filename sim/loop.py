@@ -1,14 +1,10 @@
 """The event loop: SimPy's environment, driven by callbacks instead of a process per request.
 
 A SimPy process per request costs a generator, a ``Process`` event and a ``Timeout`` per step.
-The simulator instead schedules *callback events* (``loop.at(t, fn, arg)``): a bare event on
-SimPy's own heap whose only callback is ``fn``. When it fires ``fn(event)`` runs and reads its
-argument from ``event.value``. Ordinary SimPy processes and events can share the same
-environment (``loop.env``): :meth:`EventLoop.run_until` processes every event on the heap, in
-SimPy's order (time, priority, insertion).
-
-``run_until`` is :meth:`simpy.Environment.step` inlined in a loop, which roughly halves the
-per-event overhead of calling ``env.run(until=…)``.
+The simulator instead schedules *callbacks* (``loop.at(t, fn, arg)``) directly on SimPy's own
+heap; when one comes due, ``fn(arg)`` runs. Ordinary SimPy processes and events can share the same
+environment (``loop.env``): :meth:`EventLoop.run_until` processes every entry of the heap in
+SimPy's order (time, priority, insertion), its own callbacks and SimPy events alike.
 """
 
 from __future__ import annotations
@@ -24,40 +20,33 @@ from simpy.events import NORMAL, Event
 SimTime = float
 
 
-class Call(Event):
-    """An already-triggered event that runs one callback; created only by :class:`EventLoop`."""
-
-
 Callback = Callable[[Any], None]
 
 
 class EventLoop:
-    """Schedules callbacks on a :class:`simpy.Environment` and runs it up to a time."""
+    """Schedules callbacks on a :class:`simpy.Environment` and runs it up to a time.
 
-    __slots__ = ("_eid", "_q", "env", "events")
+    Callback entries share SimPy's heap as 5-tuples ``(t, priority, id, fn, arg)`` next to SimPy's
+    own 4-tuples ``(t, priority, id, event)``: no event object per callback. The ids are unique,
+    so tuples never compare beyond them. Drive the environment with :meth:`run_until` (SimPy's
+    ``env.run`` would not understand the callback entries).
+    """
+
+    __slots__ = ("_eid", "_q", "env", "events", "now")
 
     def __init__(self, env: simpy.Environment | None = None) -> None:
         self.env = env or simpy.Environment()
-        self._q: list[tuple[float, int, int, Event]] = self.env._queue  # type: ignore[attr-defined]
-        self._eid = self.env._eid  # type: ignore[attr-defined]
+        self._q: list[tuple[Any, ...]] = self.env._queue
+        self._eid = self.env._eid
         self.events = 0  # events processed by run_until
+        self.now: SimTime = self.env.now  # mirrors env.now (a plain attribute: read per event)
 
-    @property
-    def now(self) -> SimTime:
-        return self.env._now  # type: ignore[attr-defined, no-any-return]
+    def at(self, t_s: SimTime, fn: Callback, arg: Any = None) -> None:
+        """Run ``fn(arg)`` at absolute time ``t_s``."""
+        heappush(self._q, (t_s, NORMAL, next(self._eid), fn, arg))
 
-    def at(self, t_s: SimTime, fn: Callback, arg: Any = None) -> Call:
-        """Run ``fn(event)`` at absolute time ``t_s`` (``event.value`` is ``arg``)."""
-        ev = Call.__new__(Call)
-        ev.env = self.env
-        ev.callbacks = [fn]
-        ev._ok = True  # type: ignore[attr-defined]
-        ev._value = arg  # type: ignore[attr-defined]
-        heappush(self._q, (t_s, NORMAL, next(self._eid), ev))
-        return ev
-
-    def after(self, delay_s: SimTime, fn: Callback, arg: Any = None) -> Call:
-        return self.at(self.env._now + delay_s, fn, arg)  # type: ignore[attr-defined]
+    def after(self, delay_s: SimTime, fn: Callback, arg: Any = None) -> None:
+        heappush(self._q, (self.now + delay_s, NORMAL, next(self._eid), fn, arg))
 
     def next_time(self) -> SimTime:
         return self._q[0][0] if self._q else math.inf
@@ -67,17 +56,22 @@ class EventLoop:
         q = self._q
         env = self.env
         n = 0
-        while q and q[0][0] <= t_end:
-            t, _, _, ev = heappop(q)
-            env._now = t  # type: ignore[attr-defined]
-            callbacks = ev.callbacks
-            ev.callbacks = None  # type: ignore[assignment]
-            for cb in callbacks:  # type: ignore[union-attr]
-                cb(ev)
-            n += 1
-            if not ev._ok and not hasattr(ev, "_defused"):  # type: ignore[attr-defined]
-                self.events += n
-                raise ev._value  # type: ignore[attr-defined]
-        self.events += n
-        if t_end != math.inf and t_end > env._now:  # type: ignore[attr-defined]
-            env._now = t_end  # type: ignore[attr-defined]
+        try:
+            while q and q[0][0] <= t_end:
+                item = heappop(q)
+                env._now = self.now = item[0]
+                n += 1
+                if len(item) == 5:
+                    item[3](item[4])
+                    continue
+                ev: Event = item[3]  # a SimPy event: SimPy's Environment.step, inlined
+                callbacks = ev.callbacks
+                ev.callbacks = None  # type: ignore[assignment]
+                for cb in callbacks:
+                    cb(ev)
+                if not ev._ok and not hasattr(ev, "_defused"):
+                    raise ev._value
+        finally:
+            self.events += n
+        if t_end != math.inf and t_end > self.now:
+            env._now = self.now = t_end

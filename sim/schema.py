@@ -125,8 +125,8 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
         try:
             return tp(value)
         except ValueError:
-            choices = ", ".join(repr(m.value) for m in tp)  # type: ignore[attr-defined]
-            raise ConfigError(f"{path}: must be one of {choices}, got {value!r}") from None
+            names = ", ".join(repr(getattr(m, "value", m)) for m in list(tp))  # type: ignore[call-overload]
+            raise ConfigError(f"{path}: must be one of {names}, got {value!r}") from None
     return value
 
 

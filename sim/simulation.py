@@ -94,8 +94,8 @@ class Simulation:
             cloud = self.clouds[entry.cloud] if entry.cloud is not None else default_cloud
             for i in range(entry.count):
                 name = entry.name if entry.count == 1 else f"{entry.name}-{i}"
-                dev = Device(self.loop, name, entry.profile, entry.link, cloud,
-                             random.Random(f"{seed_s}:service:{name}"), self._finished)
+                dev = Device(self.loop, name, entry.profile, entry.link, cloud, seed_s,
+                             self._finished)
                 self.devices.append(dev)
                 src = _Source(dev, arrivals(entry.workload, random.Random(f"{seed_s}:workload:{name}")),
                               ImageGeometry(entry.workload.image))
@@ -201,8 +201,8 @@ class Simulation:
         self._area += self.in_system * (now - self._area_t)
         self._area_t = now
 
-    def _on_arrival(self, ev: Any) -> None:
-        src: _Source = ev._value
+    def _on_arrival(self, arg: Any) -> None:
+        src: _Source = arg
         if src.next is None:
             return  # the source was closed (request budget reached) after this was scheduled
         t, w, h, b, text, out, deadline = src.next
@@ -287,7 +287,7 @@ class Simulation:
                 self.writer.write_many(buf)
                 buf.clear()
 
-    def _on_sample(self, ev: Any) -> None:
+    def _on_sample(self, arg: Any) -> None:
         for d in self.devices:
             s = d.sample()
             self.stats.on_sample(s, d.decisions, d.offloaded)

@@ -31,13 +31,24 @@ class Histogram:
         self.sum = 0.0
         self.max = 0.0
 
-    def add(self, x: float) -> None:
+    def add(self, x: float) -> int:
+        """Count ``x``; returns its bucket (to add the same value elsewhere with :meth:`add_at`)."""
         self.count += 1
         self.sum += x
         if x > self.max:
             self.max = x
         i = int(math.log(x / _LO_S) / _LOG_RATIO) + 1 if x > _LO_S else 0
-        self.counts[i if i < _NBUCKETS else _NBUCKETS - 1] += 1
+        if i >= _NBUCKETS:
+            i = _NBUCKETS - 1
+        self.counts[i] += 1
+        return i
+
+    def add_at(self, i: int, x: float) -> None:
+        self.count += 1
+        self.sum += x
+        if x > self.max:
+            self.max = x
+        self.counts[i] += 1
 
     def merge(self, other: Histogram) -> None:
         self.count += other.count
@@ -81,7 +92,7 @@ class Histogram:
 class Series:
     """A bounded time series: keeps ≤ ``max_points`` by halving resolution when full."""
 
-    __slots__ = ("max_points", "stride", "t", "v", "_acc", "_acc_n")
+    __slots__ = ("_acc", "_acc_n", "max_points", "stride", "t", "v")
 
     def __init__(self, max_points: int = 4000) -> None:
         self.max_points = max_points
@@ -172,8 +183,7 @@ class StatsCollector:
             st.ok += 1
             fin = rec.finished_s
             e2e = fin - rec.arrived_s  # type: ignore[operator]
-            st.e2e.add(e2e)
-            (st.e2e_cloud if cloud else st.e2e_local).add(e2e)
+            (st.e2e_cloud if cloud else st.e2e_local).add_at(st.e2e.add(e2e), e2e)
             ttft = rec.first_token_s - rec.arrived_s  # type: ignore[operator]
             st.ttft.add(ttft)
             if fin > st.last_finish_s:  # type: ignore[operator]

@@ -65,11 +65,12 @@ class ThermalNode:
 class StepWiseGovernor:
     """Trip points with hysteresis; the clock level is the number of active trips."""
 
-    __slots__ = ("active", "max_level", "release_c", "trip_c")
+    __slots__ = ("active", "max_level", "n_trips", "release_c", "trip_c")
 
     def __init__(self, cfg: ThermalConfig, levels: int) -> None:
         self.trip_c = [t.temp_c for t in cfg.trips]
         self.release_c = [t.temp_c - t.hysteresis_c for t in cfg.trips]
+        self.n_trips = len(self.trip_c)
         self.active = 0
         self.max_level = levels - 1
 
@@ -102,6 +103,11 @@ class PowerAllocatorGovernor:
         self.integral = 0.0
         self.last_err: float | None = None
         self.level = 0
+
+    def reset(self) -> None:
+        """Below the switch-on temperature the controller forgets its history (as Linux does)."""
+        self.integral = 0.0
+        self.last_err = None
 
     def budget_w(self, temp_c: float, dt_s: float) -> float:
         c = self.cfg
