@@ -36,3 +36,8 @@ MAX_ASPECT_RATIO: Final = 200
 # Decompression-bomb guard: sources above this many pixels are refused before decoding.
 # Same value as Pillow's Image.MAX_IMAGE_PIXELS (1 GiB of 4-byte pixels / 3, about 89.5 MP).
 DEFAULT_MAX_SOURCE_PIXELS: Final = 89_478_485
+
+# JPEG DCT-domain downscaling (fast path): decode at 1/s only when the decoded image is still at
+# least this many times the target size on each side. Smaller margins are faster but move the
+# result further from a full-resolution decode (measured in docs/mm_preproc.md).
+DRAFT_MIN_RATIO: Final = {2: 1.5, 4: 2.0, 8: 2.0}

@@ -5,7 +5,7 @@ Three steps keep a server safe and fast:
 1. :func:`probe` reads only the header: format, stored size, mode and EXIF orientation. The
    size after orientation decides the target size, so a frontend can plan output buffers before
    any pixel is decoded, and refuse decompression bombs before they cost memory.
-2. :func:`open_source` opens the image lazily and checks format and pixel budget.
+2. :func:`open_bytes` opens the image lazily and checks format and pixel budget.
 3. :func:`decode` decodes. For JPEG it can ask libjpeg to decode at 1/2, 1/4 or 1/8 scale in the
    DCT domain (Pillow's ``draft``) when the result is still at least the target size; the exact
    antialiased resize that follows then has less to do. A 12 MP photo bound for a 1 MP target
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from mm_preproc.constants import DEFAULT_MAX_SOURCE_PIXELS
+from mm_preproc.constants import DEFAULT_MAX_SOURCE_PIXELS, DRAFT_MIN_RATIO
 from mm_preproc.errors import (
     CorruptImageError,
     DecompressionBombError,
@@ -30,6 +30,7 @@ from mm_preproc.errors import (
     InvalidArgumentError,
     UnsupportedFormatError,
 )
+from mm_preproc.webp_header import is_webp, webp_size
 
 Source = bytes | bytearray | memoryview | str | os.PathLike[str] | Image.Image | np.ndarray
 
@@ -92,21 +93,28 @@ class ImageHeader:
         return self.width * self.height
 
 
-def _as_file(
-    source: bytes | bytearray | memoryview | str | os.PathLike[str],
-) -> io.BytesIO | str:
+def _pillow_formats() -> list[str]:
+    """The supported formats this Pillow build registers (pillow-simd may lack WEBP, MPO)."""
+    Image.init()
+    return [f for f in SUPPORTED_FORMATS if f in Image.OPEN]
+
+
+def read_source(source: bytes | bytearray | memoryview | str | os.PathLike[str]) -> bytes:
+    """The encoded bytes of a source: the buffer itself, or the file's contents."""
     if isinstance(source, (bytes, bytearray, memoryview)):
-        if len(source) == 0:
+        data = source if isinstance(source, bytes) else bytes(source)
+        if len(data) == 0:
             raise EmptyInputError("the image is empty (0 bytes)")
-        return io.BytesIO(source)
+        return data
     path = os.fspath(source)
     try:
-        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            data = f.read()
     except OSError as e:
         raise InvalidArgumentError(f"cannot read image file {path!r}: {e.strerror}") from e
-    if size == 0:
+    if len(data) == 0:
         raise EmptyInputError(f"the image file {path!r} is empty (0 bytes)")
-    return path
+    return data
 
 
 def _sniff_unsupported(head: bytes) -> str:
@@ -116,7 +124,7 @@ def _sniff_unsupported(head: bytes) -> str:
     for sig, name in _OUR_SIGNATURES:
         if head.startswith(sig):
             return f"the data starts like a {name} file but its header is corrupt"
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+    if is_webp(head):
         return "the data starts like a WEBP file but its header is corrupt"
     return "unknown image format"
 
@@ -129,90 +137,104 @@ def _orientation(im: Image.Image) -> int:
     return value if isinstance(value, int) and 1 <= value <= 8 else 1
 
 
-def open_source(
-    source: bytes | bytearray | memoryview | str | os.PathLike[str],
-    max_source_pixels: int = DEFAULT_MAX_SOURCE_PIXELS,
-) -> tuple[Image.Image, ImageHeader]:
-    """Open lazily (header only), check format and pixel budget; no pixel is decoded yet."""
-    fp = _as_file(source)
+def _check_budget(width: int, height: int, max_source_pixels: int) -> None:
+    if width <= 0 or height <= 0:
+        raise EmptyInputError(f"the image has no pixels ({width}x{height})")
+    if width * height > max_source_pixels:
+        raise DecompressionBombError(
+            f"image has {width}x{height} = {width * height} pixels, more than the limit of "
+            f"{max_source_pixels}; refused before decoding"
+        )
+
+
+def open_bytes(
+    data: bytes, max_source_pixels: int = DEFAULT_MAX_SOURCE_PIXELS
+) -> tuple[Image.Image | None, ImageHeader]:
+    """Open lazily (header only) and check format and pixel budget; nothing is decoded yet.
+
+    Returns the lazily opened Pillow image, or ``None`` for a WebP file this Pillow build
+    cannot open (its header is then read by :mod:`mm_preproc.webp_header`).
+    """
+    if len(data) == 0:
+        raise EmptyInputError("the image is empty (0 bytes)")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            im = Image.open(fp, formats=SUPPORTED_FORMATS)
+            # "could not be identified because WEBP support not installed": handled below.
+            warnings.filterwarnings(
+                "ignore", message=".*support not installed", category=UserWarning
+            )
+            im = Image.open(io.BytesIO(data), formats=_pillow_formats())
     except Image.DecompressionBombError as e:
         raise DecompressionBombError(f"image refused before decoding: {e}") from e
     except UnidentifiedImageError as e:
-        head = _read_head(fp) if isinstance(fp, str) else fp.getvalue()[:16]
-        reason = _sniff_unsupported(head)
+        webp = webp_size(data)
+        if webp is not None:
+            _check_budget(webp[0], webp[1], max_source_pixels)
+            mode = "RGBA" if webp[2] else "RGB"
+            return None, ImageHeader(webp[0], webp[1], "WEBP", mode, 1, webp[0], webp[1])
+        reason = _sniff_unsupported(data[:16])
         allowed = ", ".join(f for f in SUPPORTED_FORMATS if f != "MPO")
         error = CorruptImageError if "corrupt" in reason else UnsupportedFormatError
         raise error(f"cannot read image: {reason} (supported: {allowed})") from e
     except (OSError, SyntaxError, ValueError, EOFError) as e:
         raise CorruptImageError(f"cannot read image header: {e}") from e
     w, h = im.size
-    if w <= 0 or h <= 0:
-        raise EmptyInputError(f"the image has no pixels ({w}x{h})")
-    if w * h > max_source_pixels:
-        raise DecompressionBombError(
-            f"image has {w}x{h} = {w * h} pixels, more than the limit of {max_source_pixels}; "
-            "refused before decoding"
-        )
+    _check_budget(w, h, max_source_pixels)
     orientation = _orientation(im)
     dw, dh = (h, w) if orientation in _SWAPS_AXES else (w, h)
-    header = ImageHeader(dw, dh, str(im.format), im.mode, orientation, w, h)
-    return im, header
-
-
-def _read_head(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read(16)
+    return im, ImageHeader(dw, dh, str(im.format), im.mode, orientation, w, h)
 
 
 def probe(
     source: bytes | bytearray | memoryview | str | os.PathLike[str],
     max_source_pixels: int = DEFAULT_MAX_SOURCE_PIXELS,
 ) -> ImageHeader:
-    """Read the header only (about 0.1 ms): displayed size, format, mode, EXIF orientation.
+    """Read the header only (well under a millisecond): displayed size, format, mode, EXIF
+    orientation.
 
     Raises the same errors as :func:`mm_preproc.preprocess` would for format, emptiness and
     decompression bombs (corrupt pixel data is only found when decoding).
     """
-    im, header = open_source(source, max_source_pixels)
-    im.close()
+    im, header = open_bytes(read_source(source), max_source_pixels)
+    if im is not None:
+        im.close()
     return header
 
 
 def draft_scale(header: ImageHeader, target_height: int, target_width: int) -> int:
-    """The JPEG DCT-domain downscale (1, 2, 4 or 8) that still leaves ≥ target pixels per side.
+    """The JPEG DCT-domain downscale (1, 2, 4 or 8) for a target size.
 
-    Mirrors Pillow's ``JpegImageFile.draft`` rule (and OpenCV's ``IMREAD_REDUCED_*`` choice).
+    Scale ``s`` is used when the image decoded at 1/s is still at least
+    ``DRAFT_MIN_RATIO[s]`` times the target on each side: the antialiased resize that follows
+    then has enough to work with, and the result stays within the fast path's fidelity bound
+    (see docs/mm_preproc.md for measured differences).
     """
     if header.format not in JPEG_FORMATS:
         return 1
-    ratio = min(header.width // target_width, header.height // target_height)
     for scale in (8, 4, 2):
-        if ratio >= scale:
+        ratio = min(header.width / scale / target_width, header.height / scale / target_height)
+        if ratio >= DRAFT_MIN_RATIO[scale]:
             return scale
     return 1
 
 
-def decode(
-    im: Image.Image, header: ImageHeader, target_height: int, target_width: int, fast: bool
-) -> Image.Image:
-    """Decode the pixels (first frame). With ``fast``, JPEGs decode at a DCT-domain scale."""
+def decode(im: Image.Image, header: ImageHeader, scale: int) -> Image.Image:
+    """Decode the pixels (first frame); JPEGs at 1/``scale`` in the DCT domain."""
     try:
-        if fast and header.format in JPEG_FORMATS:
-            # draft() sizes refer to the stored orientation.
-            tw, th = (
-                (target_height, target_width)
-                if header.orientation in _SWAPS_AXES
-                else (target_width, target_height)
-            )
-            im.draft(im.mode, (tw, th))
+        if scale > 1:
+            # Pillow picks the largest scale s with size // request >= s; floor requests make
+            # that exactly `scale`.
+            im.draft(im.mode, (header.stored_width // scale, header.stored_height // scale))
         im.load()
     except (OSError, SyntaxError, ValueError, EOFError, MemoryError) as e:
         raise CorruptImageError(f"cannot decode {header.format} image: {e}") from e
     return im
+
+
+def swaps_axes(orientation: int) -> bool:
+    """Orientations 5..8 display the image rotated by 90°: width and height swap."""
+    return orientation in _SWAPS_AXES
 
 
 def apply_orientation(im: Image.Image, orientation: int) -> Image.Image:

@@ -1,11 +1,18 @@
 """``preprocess``: one image from its source to Qwen2-VL ``pixel_values``, timed per stage.
 
-The stages, in order: probe the header (target size, bomb check) → decode (JPEG at a DCT-domain
-scale when ``fast_decode``) → colour (EXIF orientation, mode → RGB as qwen-vl-utils does) →
+The stages, in order: read the header (target size, bomb check) → decode (JPEG at a DCT-domain
+scale when ``fast_decode``) → colour (mode → RGB as qwen-vl-utils does; EXIF orientation) →
 resize (antialiased bicubic) → patchify (uint8 gather into patch order) → normalize (float32,
-into ``out``). The faithful path (``fast_decode=False``) does exactly what vLLM's loader plus
-transformers' processor do and matches them within float32 rounding; the fast path decodes
-JPEGs smaller and orients after resizing, which changes pixels by a fraction of a grey level.
+into ``out``).
+
+The faithful path (``fast_decode=False``) does exactly what vLLM's loader plus transformers'
+processor do and matches them within float32 rounding. The fast path decodes JPEGs smaller and
+orients after resizing; that moves pixels by a fraction of a grey level on average.
+
+Backends: ``pillow`` decodes and resizes with Pillow (pillow-simd when installed); ``opencv``
+decodes and resizes with OpenCV (its resize filters differ from the model's, so it is only
+within the fast-path bound); ``auto`` decodes with OpenCV wherever OpenCV's pixels are identical
+to Pillow's (it is faster here), with Pillow elsewhere, and always resizes with Pillow.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TypeVar
 
 import numpy as np
 from PIL import Image
@@ -26,19 +34,24 @@ from mm_preproc.decode import (
     decode,
     draft_scale,
     from_array,
-    open_source,
+    open_bytes,
+    read_source,
+    swaps_axes,
     to_rgb,
 )
 from mm_preproc.errors import InvalidArgumentError
 from mm_preproc.layout import OutputFormat, grid_thw
+from mm_preproc.orientation import orient_array
 from mm_preproc.patchify import check_out, normalize_into, patch_order, repeat_into
 from mm_preproc.resize import resize_opencv, resize_pillow
 from mm_preproc.smart_resize import target_size
 from mm_preproc.timing import StageTimings, Stopwatch
 
+_E = TypeVar("_E", bound=Enum)
+
 
 class Backend(Enum):
-    """Which library decodes and resizes. ``AUTO`` picks the fastest within the fidelity bound."""
+    """Which library decodes and resizes (see the module docstring)."""
 
     AUTO = "auto"
     PILLOW = "pillow"
@@ -59,22 +72,8 @@ class PreprocOptions:
     max_source_pixels: int = DEFAULT_MAX_SOURCE_PIXELS
 
     def __post_init__(self) -> None:
-        if not isinstance(self.backend, Backend):
-            try:
-                object.__setattr__(self, "backend", Backend(self.backend))
-            except ValueError:
-                names = ", ".join(b.value for b in Backend)
-                raise InvalidArgumentError(
-                    f"unknown backend {self.backend!r}; choose one of {names}"
-                ) from None
-        if not isinstance(self.output, OutputFormat):
-            try:
-                object.__setattr__(self, "output", OutputFormat(self.output))
-            except ValueError:
-                names = ", ".join(f.value for f in OutputFormat)
-                raise InvalidArgumentError(
-                    f"unknown output format {self.output!r}; choose one of {names}"
-                ) from None
+        object.__setattr__(self, "backend", _coerce(Backend, self.backend, "backend"))
+        object.__setattr__(self, "output", _coerce(OutputFormat, self.output, "output format"))
         if self.min_pixels <= 0 or self.max_pixels <= 0:
             raise InvalidArgumentError("min_pixels and max_pixels must be positive")
         if self.min_pixels > self.max_pixels:
@@ -91,13 +90,25 @@ class PreprocOptions:
             raise InvalidArgumentError("max_source_pixels must be positive")
 
 
+def _coerce(kind: type[_E], value: object, what: str) -> _E:
+    if isinstance(value, kind):
+        return value
+    try:
+        return kind(value)
+    except ValueError:
+        names = ", ".join(str(m.value) for m in kind)
+        raise InvalidArgumentError(f"unknown {what} {value!r}; choose one of {names}") from None
+
+
 @dataclass(slots=True)
 class PreprocResult:
     """Model-ready arrays for one image, with sizes and per-stage timings.
 
-    ``pixel_values`` is (patches, 1176) float32 (or uint8 / H×W×3 for the other output formats);
-    ``image_grid_thw`` is a (1, 3) int64 array as transformers returns it; ``image`` is the
-    resized RGB uint8 image, H×W×3.
+    ``pixel_values`` is (patches, 1176) float32 (uint8 for ``OutputFormat.UINT8``; the H×W×3
+    image for ``OutputFormat.IMAGE``); ``image_grid_thw`` is a (1, 3) int64 array as
+    transformers returns it; ``image`` is the resized RGB uint8 image, H×W×3. Heights and widths
+    are as displayed (after EXIF orientation); ``decoded_*`` is what the decoder produced (in the
+    file's stored orientation), smaller than the source when JPEG DCT scaling was used.
     """
 
     pixel_values: np.ndarray
@@ -110,7 +121,8 @@ class PreprocResult:
     decoded_height: int
     decoded_width: int
     format: str
-    backend: Backend
+    decoder: Backend
+    resizer: Backend
     timings: StageTimings = field(default_factory=StageTimings)
 
 
@@ -131,10 +143,10 @@ def preprocess(
     """Decode, resize, normalize and patchify one image for Qwen2-VL.
 
     ``source`` is encoded bytes (JPEG, PNG, WebP, GIF — first frame, BMP, TIFF), a file path, a
-    PIL image or an H×W[×3|×4] uint8 numpy array (RGB order). ``out``, when given, is a
-    C-contiguous array (e.g. a view of shared memory) of the shape and dtype
-    :func:`mm_preproc.output_spec` gives for the target size; the result's ``pixel_values``
-    is a view of it. ``options`` replaces all the keyword settings at once.
+    PIL image or an H×W[×3|×4] uint8 numpy array (RGB order; PIL images and arrays are taken as
+    displayed, without EXIF orientation). ``out``, when given, is a C-contiguous array (e.g. a
+    view of shared memory) with the size and dtype :func:`mm_preproc.output_spec` gives for the
+    target; ``pixel_values`` is then a view of it. ``options`` replaces the keyword settings.
     """
     if options is None:
         options = PreprocOptions(
@@ -142,155 +154,148 @@ def preprocess(
             max_pixels=max_pixels,
             resized_height=resized_height,
             resized_width=resized_width,
-            backend=backend,  # type: ignore[arg-type]  # validated/coerced in __post_init__
+            backend=backend,  # type: ignore[arg-type]  # coerced in __post_init__
             fast_decode=fast_decode,
             output=output,  # type: ignore[arg-type]
             max_source_pixels=max_source_pixels,
         )
     timings = StageTimings()
     watch = Stopwatch()
-    image, header, chosen, decoded_hw, th, tw = _decode_and_resize(source, options, timings, watch)
+    frame = _Frame.load(source, options, timings)
+    th, tw = frame.target
+    target = check_out(out, th, tw, options.output)  # fail before decoding
+    image = frame.decode_and_resize(options, timings, watch)
     timings.pixels_out = th * tw
-    result_out = check_out(out, th, tw, options.output)
     if options.output is OutputFormat.IMAGE:
-        np.copyto(result_out, image)
-        pixel_values = image = result_out
+        np.copyto(target, image)
+        pixel_values = image = target
         timings.patchify_s = watch.lap()
     else:
         patches = patch_order(image)
         timings.patchify_s = watch.lap()
         if options.output is OutputFormat.FLOAT32:
-            pixel_values = normalize_into(patches, result_out)
+            pixel_values = normalize_into(patches, target)
         else:
-            pixel_values = repeat_into(patches, result_out)
+            pixel_values = repeat_into(patches, target)
         timings.normalize_s = watch.lap()
     return PreprocResult(
         pixel_values=pixel_values,
         image_grid_thw=np.array([grid_thw(th, tw)], dtype=np.int64),
         image=image,
-        source_height=header.height,
-        source_width=header.width,
+        source_height=frame.header.height,
+        source_width=frame.header.width,
         target_height=th,
         target_width=tw,
-        decoded_height=decoded_hw[0],
-        decoded_width=decoded_hw[1],
-        format=header.format,
-        backend=chosen,
+        decoded_height=frame.decoded_hw[0],
+        decoded_width=frame.decoded_hw[1],
+        format=frame.header.format,
+        decoder=frame.decoder,
+        resizer=Backend.OPENCV if options.backend is Backend.OPENCV else Backend.PILLOW,
         timings=timings,
     )
+
+
+@dataclass(slots=True)
+class _Frame:
+    """One image on its way through the stages."""
+
+    header: ImageHeader
+    target: tuple[int, int]
+    data: bytes | None  # encoded bytes (None for PIL/array sources)
+    pil: Image.Image | None  # lazily opened (or given) Pillow image
+    decoder: Backend = Backend.PILLOW
+    decoded_hw: tuple[int, int] = (0, 0)
+
+    @classmethod
+    def load(cls, source: Source, options: PreprocOptions, timings: StageTimings) -> _Frame:
+        data: bytes | None = None
+        pil: Image.Image | None
+        if isinstance(source, np.ndarray):
+            pil = from_array(source)
+            header = _in_memory_header(pil, "ARRAY")
+        elif isinstance(source, Image.Image):
+            pil = source
+            header = _in_memory_header(pil, str(source.format or "PIL"))
+        elif isinstance(source, (bytes, bytearray, memoryview, str, os.PathLike)):
+            data = read_source(source)
+            timings.bytes_in = len(data)
+            pil, header = open_bytes(data, options.max_source_pixels)
+        else:
+            raise InvalidArgumentError(
+                f"unsupported source type {type(source).__name__}; pass bytes, a path, "
+                "a PIL image or a numpy array"
+            )
+        timings.pixels_in = header.pixels
+        target = target_size(
+            header.height,
+            header.width,
+            min_pixels=options.min_pixels,
+            max_pixels=options.max_pixels,
+            resized_height=options.resized_height,
+            resized_width=options.resized_width,
+        )
+        return cls(header, target, data, pil)
+
+    def _use_opencv(self, backend: Backend) -> bool:
+        if self.data is None or not opencv_decode.can_decode(self.header):
+            return False
+        return backend is not Backend.PILLOW or self.pil is None
+
+    def decode_and_resize(
+        self, options: PreprocOptions, timings: StageTimings, watch: Stopwatch
+    ) -> np.ndarray:
+        """Decode, convert, orient and resize; returns the H×W×3 uint8 RGB image."""
+        th, tw = self.target
+        orientation = self.header.orientation
+        fast = options.fast_decode
+        scale = draft_scale(self.header, th, tw) if fast else 1
+        # Fast path: resize in stored orientation and orient the small result.
+        rh, rw = (tw, th) if fast and swaps_axes(orientation) else (th, tw)
+        pixels: Image.Image | np.ndarray
+        if self._use_opencv(options.backend):
+            assert self.data is not None
+            if self.pil is not None:
+                self.pil.close()
+            pixels = opencv_decode.decode_opencv(self.data, self.header, scale)
+            self.decoder = Backend.OPENCV
+            self.decoded_hw = (pixels.shape[0], pixels.shape[1])
+        else:
+            if self.pil is None:
+                raise InvalidArgumentError(
+                    f"this Pillow build cannot decode {self.header.format} "
+                    "(use backend='auto' or 'opencv')"
+                )
+            pixels = decode(self.pil, self.header, scale) if self.data is not None else self.pil
+            self.decoded_hw = (pixels.size[1], pixels.size[0])
+        timings.pixels_decoded = self.decoded_hw[0] * self.decoded_hw[1]
+        timings.decode_s = watch.lap()
+
+        if isinstance(pixels, Image.Image):
+            pixels = to_rgb(pixels)
+        if not fast:
+            pixels = _orient(pixels, orientation)
+        timings.color_s = watch.lap()
+
+        if options.backend is Backend.OPENCV:
+            array = pixels if isinstance(pixels, np.ndarray) else np.asarray(pixels)
+            image = resize_opencv(array, rh, rw)
+        else:
+            pil = pixels if isinstance(pixels, Image.Image) else Image.fromarray(pixels)
+            image = np.asarray(resize_pillow(pil, rh, rw))
+        timings.resize_s = watch.lap()
+
+        if fast and orientation != 1:
+            image = orient_array(image, orientation)
+            timings.color_s += watch.lap()
+        return image
+
+
+def _orient(pixels: Image.Image | np.ndarray, orientation: int) -> Image.Image | np.ndarray:
+    if isinstance(pixels, Image.Image):
+        return apply_orientation(pixels, orientation)
+    return orient_array(pixels, orientation)
 
 
 def _in_memory_header(im: Image.Image, fmt: str) -> ImageHeader:
     w, h = im.size
     return ImageHeader(w, h, fmt, im.mode, 1, w, h)
-
-
-def _decode_and_resize(
-    source: Source, options: PreprocOptions, timings: StageTimings, watch: Stopwatch
-) -> tuple[np.ndarray, ImageHeader, Backend, tuple[int, int], int, int]:
-    """Return (resized RGB uint8 image, header, backend used, decoded (h, w), target h, w)."""
-    if isinstance(source, np.ndarray):
-        im = from_array(source)
-        header = _in_memory_header(im, "ARRAY")
-    elif isinstance(source, Image.Image):
-        im = source
-        header = _in_memory_header(im, str(source.format or "PIL"))
-    else:
-        if isinstance(source, (bytes, bytearray, memoryview)):
-            timings.bytes_in = len(source)
-        else:
-            timings.bytes_in = os.path.getsize(os.fspath(source)) if os.path.exists(source) else 0
-        im, header = open_source(source, options.max_source_pixels)
-    timings.pixels_in = header.pixels
-    th, tw = target_size(
-        header.height,
-        header.width,
-        min_pixels=options.min_pixels,
-        max_pixels=options.max_pixels,
-        resized_height=options.resized_height,
-        resized_width=options.resized_width,
-    )
-    if _use_opencv(options.backend, source, header):
-        assert isinstance(source, (bytes, bytearray, memoryview))
-        im.close()
-        array, decoded_hw = _opencv_path(source, header, th, tw, options, timings, watch)
-        return array, header, Backend.OPENCV, decoded_hw, th, tw
-    array, decoded_hw = _pillow_path(im, header, th, tw, options, timings, watch)
-    return array, header, Backend.PILLOW, decoded_hw, th, tw
-
-
-def _use_opencv(backend: Backend, source: Source, header: ImageHeader) -> bool:
-    """OpenCV decodes encoded bytes of plain RGB/gray images; everything else goes to Pillow."""
-    if backend is Backend.PILLOW or backend is Backend.AUTO:
-        return False
-    return isinstance(source, (bytes, bytearray, memoryview)) and opencv_decode.can_decode(header)
-
-
-def _pillow_path(
-    im: Image.Image,
-    header: ImageHeader,
-    th: int,
-    tw: int,
-    options: PreprocOptions,
-    timings: StageTimings,
-    watch: Stopwatch,
-) -> tuple[np.ndarray, tuple[int, int]]:
-    fast = options.fast_decode
-    im = decode(im, header, th, tw, fast)
-    decoded_hw = (im.size[1], im.size[0])
-    timings.pixels_decoded = im.size[0] * im.size[1]
-    timings.decode_s = watch.lap()
-    if fast:
-        # Resize in stored orientation, then orient the small image (cheaper, ±1 grey level).
-        im = to_rgb(im)
-        timings.color_s = watch.lap()
-        swap = header.orientation in (5, 6, 7, 8)
-        im = resize_pillow(im, tw if swap else th, th if swap else tw)
-        timings.resize_s = watch.lap()
-        im = apply_orientation(im, header.orientation)
-        image = np.asarray(im)
-        timings.color_s += watch.lap()
-    else:
-        im = to_rgb(apply_orientation(im, header.orientation))
-        timings.color_s = watch.lap()
-        im = resize_pillow(im, th, tw)
-        image = np.asarray(im)
-        timings.resize_s = watch.lap()
-    return image, decoded_hw
-
-
-def _opencv_path(
-    data: bytes | bytearray | memoryview,
-    header: ImageHeader,
-    th: int,
-    tw: int,
-    options: PreprocOptions,
-    timings: StageTimings,
-    watch: Stopwatch,
-) -> tuple[np.ndarray, tuple[int, int]]:
-    scale = draft_scale(header, th, tw) if options.fast_decode else 1
-    array = opencv_decode.decode_opencv(data, header, scale)
-    decoded_hw = (array.shape[0], array.shape[1])
-    timings.pixels_decoded = array.shape[0] * array.shape[1]
-    timings.decode_s = watch.lap()
-    swap = header.orientation in (5, 6, 7, 8)
-    array = resize_opencv(array, tw if swap else th, th if swap else tw)
-    timings.resize_s = watch.lap()
-    array = _orient_array(array, header.orientation)
-    timings.color_s = watch.lap()
-    return array, decoded_hw
-
-
-def _orient_array(array: np.ndarray, orientation: int) -> np.ndarray:
-    """numpy equivalent of :func:`mm_preproc.decode.apply_orientation` (returns a copy)."""
-    ops = {
-        2: lambda a: a[:, ::-1],
-        3: lambda a: a[::-1, ::-1],
-        4: lambda a: a[::-1],
-        5: lambda a: a.transpose(1, 0, 2),
-        6: lambda a: np.rot90(a, -1),
-        7: lambda a: np.rot90(a, 1)[::-1, ::-1],
-        8: lambda a: np.rot90(a, 1),
-    }
-    op = ops.get(orientation)
-    return array if op is None else np.ascontiguousarray(op(array))
