@@ -3,7 +3,7 @@
 The JSON written by ``edgeserve bench run --save-result`` can be read by anything that reads
 ``vllm bench serve --save-result`` output: ``completed``, ``failed``, ``total_input_tokens``,
 ``total_output_tokens``, ``request_throughput``, ``request_goodput``, ``output_throughput``,
-``total_token_throughput``, ``max_concurrent_requests`` and for each of ``ttft``, ``tpot``,
+``total_token_throughput``, ``max_output_tokens_per_s``, ``max_concurrent_requests`` and for each of ``ttft``, ``tpot``,
 ``itl`` and ``e2el`` the keys ``mean_<m>_ms``, ``median_<m>_ms``, ``std_<m>_ms`` and
 ``p<P>_<m>_ms``. Percentiles are numpy's linear-interpolation percentiles, as in vLLM. Where
 vLLM reports 0 for a metric with no samples, this report gives ``null``: an empty run should not
@@ -130,17 +130,26 @@ def client_stall_fraction(results: Sequence[RequestResult], duration_s: float) -
     return max(0.0, stall_s) / duration_s
 
 
-def max_concurrent(results: Sequence[RequestResult]) -> int:
-    """Most requests in flight at once (send → last token) among completed requests."""
-    events = sorted(
-        [(r.start_s, 1) for r in results if r.ok] + [(r.start_s + r.e2e_s, -1) for r in results if r.ok],
-        key=lambda e: (e[0], e[1]),
-    )
-    best = cur = 0
-    for _, step in events:
-        cur += step
-        best = max(best, cur)
-    return best
+def per_second_peaks(results: Sequence[RequestResult]) -> tuple[float, int]:
+    """``(max_output_tokens_per_s, max_concurrent_requests)`` computed as ``vllm bench serve`` does.
+
+    Time from the first send is cut into whole seconds; a token counts in the second it arrived
+    (first token at start + TTFT, the others after each ITL), a request counts as concurrent in
+    every second from its send to its last token, both included. The peaks are the largest bins.
+    """
+    done = [r for r in results if r.ok]
+    if not done:
+        return 0.0, 0
+    t_min = min(r.start_s for r in done)
+    n_bins = math.ceil(max(r.start_s + r.e2e_s for r in done) - t_min) + 1
+    tokens = np.zeros(n_bins)
+    concurrent = np.zeros(n_bins)
+    for r in done:
+        times = r.start_s + r.ttft_s + np.concatenate([[0.0], np.cumsum(r.itl_s)])
+        bins = (times - t_min).astype(int)
+        np.add.at(tokens, bins[(bins >= 0) & (bins < n_bins)], 1)
+        concurrent[int(r.start_s - t_min) : int(r.start_s + r.e2e_s - t_min) + 1] += 1
+    return float(tokens.max()), int(concurrent.max())
 
 
 def summarize(
@@ -166,8 +175,8 @@ def summarize(
         ),
         "output_throughput": total_out / duration_s,
         "total_token_throughput": (total_in + total_out) / duration_s,
-        "max_concurrent_requests": max_concurrent(results),
     }
+    out["max_output_tokens_per_s"], out["max_concurrent_requests"] = per_second_peaks(results)
     tpots = [t for r in done if (t := r.tpot_s) is not None]
     out |= latency_stats("ttft", [r.ttft_s for r in done], percentiles)
     out |= latency_stats("tpot", tpots, percentiles)
@@ -263,7 +272,7 @@ def format_summary(m: Mapping[str, Any], percentiles: Iterable[float] = DEFAULT_
             lines.append(f"{key.split('_')[0].upper() + ' ' + upper + ' (ms):':<44}{_fmt(m.get(key))}")
     server = m.get("server") or {}
     if server.get("stage_mean_ms"):
-        lines.append("{:-^60}".format(" Server stage breakdown (mean ms per request) "))
+        lines.append("{:-^60}".format(" Server histograms: mean ms per observation "))
         for stage, ms in server["stage_mean_ms"].items():
             lines.append(f"{stage + ':':<44}{_fmt(ms)}")
     if server.get("stall_fraction") is not None:

@@ -84,6 +84,14 @@ def _stage_name(family: str, labels: tuple[tuple[str, str], ...]) -> str:
     return f"{name}[{stage}]" if stage else name
 
 
+def _pipeline_order(name: str) -> tuple[int, int, str]:
+    """edgeserve's per-stage histograms first, in pipeline order; then the rest by name."""
+    from edgeserve.records import Stage
+
+    order = {f"edgeserve_stage[{s.value}]": i for i, s in enumerate(Stage)}
+    return (0, order[name], "") if name in order else (1, 0, name)
+
+
 def server_figures(before: Snapshot, after: Snapshot, duration_s: float) -> dict[str, Any]:
     """Stage breakdown and server stall fraction from two scrapes around a run of ``duration_s``."""
     sums: dict[str, float] = defaultdict(float)
@@ -96,7 +104,8 @@ def server_figures(before: Snapshot, after: Snapshot, duration_s: float) -> dict
         name = _stage_name(family, tuple((k, v) for k, v in labels if k == "stage"))
         sums[name] += total - before.hist_sum.get(key, 0.0)
         counts[name] += after.hist_count.get(key, 0.0) - before.hist_count.get(key, 0.0)
-    stage_mean_ms = {n: 1000.0 * sums[n] / counts[n] for n in sorted(sums) if counts[n] > 0}
+    stage_mean_ms = {n: 1000.0 * sums[n] / counts[n] for n in sorted(sums, key=_pipeline_order)
+                     if counts[n] > 0}
     counter_s: dict[str, float] = {}
     for key, value in after.counters.items():
         family = key[0]
