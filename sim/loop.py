@@ -32,7 +32,7 @@ class EventLoop:
     ``env.run`` would not understand the callback entries).
     """
 
-    __slots__ = ("_eid", "_q", "env", "events", "now")
+    __slots__ = ("_eid", "_q", "env", "events", "now", "stopped")
 
     def __init__(self, env: simpy.Environment | None = None) -> None:
         self.env = env or simpy.Environment()
@@ -40,6 +40,7 @@ class EventLoop:
         self._eid = self.env._eid
         self.events = 0  # events processed by run_until
         self.now: SimTime = self.env.now  # mirrors env.now (a plain attribute: read per event)
+        self.stopped = False  # set by stop(): run_until returns and processes nothing more
 
     def at(self, t_s: SimTime, fn: Callback, arg: Any = None) -> None:
         """Run ``fn(arg)`` at absolute time ``t_s``."""
@@ -47,6 +48,10 @@ class EventLoop:
 
     def after(self, delay_s: SimTime, fn: Callback, arg: Any = None) -> None:
         heappush(self._q, (self.now + delay_s, NORMAL, next(self._eid), fn, arg))
+
+    def stop(self) -> None:
+        """End the run: the current event completes, no further event is processed."""
+        self.stopped = True
 
     def next_time(self) -> SimTime:
         return self._q[0][0] if self._q else math.inf
@@ -57,7 +62,7 @@ class EventLoop:
         env = self.env
         n = 0
         try:
-            while q and q[0][0] <= t_end:
+            while q and q[0][0] <= t_end and not self.stopped:
                 item = heappop(q)
                 env._now = self.now = item[0]
                 n += 1
@@ -73,5 +78,5 @@ class EventLoop:
                     raise ev._value
         finally:
             self.events += n
-        if t_end != math.inf and t_end > self.now:
+        if t_end != math.inf and t_end > self.now and not self.stopped:
             env._now = self.now = t_end

@@ -137,7 +137,7 @@ class Simulation:
         total = None if self.max_requests == math.inf else int(self.max_requests)
         with tqdm(total=total, unit="req", desc=self.scenario.name, mininterval=0.5) as bar:
             step = self.scenario.sample_interval_s * 50
-            while not self.finished and self.loop.next_time() < math.inf:
+            while not self.loop.stopped and self.loop.next_time() < math.inf:
                 self.loop.run_until(self.loop.now + step)
                 bar.update(self.completed - bar.n)
         return self.close()
@@ -278,6 +278,8 @@ class Simulation:
         self.in_system -= 1
         self.completed += 1
         rec = job.rec
+        if self.in_system == 0 and self._open_sources == 0:
+            self.loop.stop()  # the last request left: the run ends here (not after cool-down)
         for sink in self._record_sinks:
             sink(rec)
         if self.writer is not None:

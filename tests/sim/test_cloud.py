@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from sim.cloud import Roofline, kv_bytes_per_token, kv_capacity_tokens, max_concurrency, weight_bytes
+from sim.cloud import (
+    Roofline,
+    kv_bytes_per_token,
+    kv_capacity_tokens,
+    max_concurrency,
+    weight_bytes,
+)
 from sim.config import CloudProfile, Dtype, GpuConfig, ModelShape, ServerConfig, load_cloud_profile
 
 # Llama-2-7B: 32 layers, 32 KV heads (no GQA), head_dim 128, 6.74 B parameters

@@ -65,5 +65,5 @@ def test_missing_required_field_and_unknown_profile() -> None:
 def test_overrides_parse_yaml_values() -> None:
     assert parse_override("devices.0.count=3") == ("devices.0.count", 3)
     assert parse_override("policy.kind=always_cloud") == ("policy.kind", "always_cloud")
-    with pytest.raises(ConfigError, match="expected KEY.PATH=VALUE"):
+    with pytest.raises(ConfigError, match=r"expected KEY\.PATH=VALUE"):
         parse_override("nonsense")

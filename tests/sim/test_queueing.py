@@ -8,6 +8,8 @@ FIFO queue fed by Poisson arrivals. At utilization ρ = λ/μ = 0.8 the mean wai
 
 from __future__ import annotations
 
+import itertools
+
 from edgeserve.records import RequestRecord
 from sim.config import scenario_from_raw
 from sim.simulation import Simulation
@@ -53,7 +55,7 @@ def test_fifo_waits_follow_lindley_recursion_exactly() -> None:
     sim.run()
     recs.sort(key=lambda r: r.arrived_s)
     w = 0.0
-    for prev, cur in zip(recs, recs[1:], strict=False):
+    for prev, cur in itertools.pairwise(recs):
         service = prev.normalize_end_s - prev.preproc_start_s  # type: ignore[operator]
         w = max(0.0, w + service - (cur.arrived_s - prev.arrived_s))
         assert abs((cur.preproc_start_s - cur.preproc_queued_s) - w) < 1e-9  # type: ignore[operator]

@@ -1,0 +1,240 @@
+"""``edgeserve sim``: simulate edge devices, networks, cloud servers and offload policies.
+
+Subcommands:
+
+* ``run [SCENARIO]``     one run (no argument: the built-in default scenario); prints the
+                         per-device and fleet summary; optional trace, JSON summary and plots.
+* ``compare [SCENARIO]`` several policies on the same workload and seeds; mean ± 95 % CI table,
+                         latency CDF, temperature/clock and offload-share plots.
+* ``sweep [SCENARIO]``   a parameter grid (``--param KEY=V1,V2``) × policies × seeds on a local
+                         process pool (or Ray with ``--ray``); table and CSV.
+* ``profiles`` / ``policies``  list what ships.
+
+SCENARIO is a YAML file or the name of a built-in scenario. ``--set KEY.PATH=VALUE`` overrides
+any field, profiles included (``--set devices[0].profile.thermal.r_c_per_w=5``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("scenario", nargs="?", default=None,
+                   help="scenario YAML file or built-in name (default: the built-in default)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario field, e.g. devices[0].count=4 (repeatable)")
+    p.add_argument("--requests", type=int, help="stop arrivals after this many requests")
+    p.add_argument("--duration", type=float, metavar="S",
+                   help="stop arrivals after this much simulated time (s)")
+    p.add_argument("--out", type=Path, help="directory for traces, summaries and plots")
+    p.add_argument("--plots", action="store_true", help="write PNG plots into --out")
+
+
+def add_parser(subparsers: Any, help_: str) -> None:
+    parser = subparsers.add_parser(
+        "sim", help=help_, description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="sim_command", metavar="SUBCOMMAND", required=True)
+
+    run = sub.add_parser("run", help="run one scenario and print its summary")
+    _common(run)
+    run.add_argument("--policy", help="policy name (default: the scenario's)")
+    run.add_argument("--seed", type=int, help="random seed (default: the scenario's)")
+    run.add_argument("--trace", type=Path,
+                     help="write per-request records here (default: OUT/trace.jsonl with --out)")
+    run.add_argument("--json", action="store_true", help="print the summary as JSON")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.set_defaults(func=_run)
+
+    cmp_ = sub.add_parser("compare", help="several policies on the same workload and seeds")
+    _common(cmp_)
+    cmp_.add_argument("--policies", default="always_local,always_cloud,predicted_latency",
+                      help="comma-separated policy names")
+    cmp_.add_argument("--seeds", type=int, default=3, help="number of seeds (0..N-1)")
+    cmp_.add_argument("--workers", type=int, default=0, help="processes (default: CPU count)")
+    cmp_.add_argument("--ray", action="store_true", help="run on Ray (if installed)")
+    cmp_.add_argument("--traces", action="store_true", help="write a trace per run into --out")
+    cmp_.set_defaults(func=_compare)
+
+    sw = sub.add_parser("sweep", help="a parameter grid on a process pool (or Ray)")
+    _common(sw)
+    sw.add_argument("--param", action="append", default=[], metavar="KEY=V1,V2,…",
+                    help="a sweep axis (repeatable; the grid is their product)")
+    sw.add_argument("--policies", default="", help="comma-separated policies (default: scenario's)")
+    sw.add_argument("--seeds", type=int, default=1, help="number of seeds (0..N-1)")
+    sw.add_argument("--workers", type=int, default=0, help="processes (default: CPU count)")
+    sw.add_argument("--ray", action="store_true", help="run on Ray (if installed)")
+    sw.set_defaults(func=_sweep)
+
+    prof = sub.add_parser("profiles", help="list the shipped device and server profiles")
+    prof.set_defaults(func=_profiles)
+    pol = sub.add_parser("policies", help="list the available policies")
+    pol.set_defaults(func=_policies)
+
+
+def _error(msg: str) -> int:
+    print(f"edgeserve sim: {msg}", file=sys.stderr)
+    return 2
+
+
+def _overrides(args: argparse.Namespace) -> list[tuple[str, Any]]:
+    from sim.config import parse_override
+
+    ov = [parse_override(o) for o in args.overrides]
+    if args.requests is not None:
+        ov.append(("requests", args.requests))
+        if args.duration is None:
+            ov.append(("duration_s", None))
+    if args.duration is not None:
+        ov.append(("duration_s", args.duration))
+    return ov
+
+
+def _workers(n: int) -> int:
+    return n if n > 0 else (os.cpu_count() or 1)
+
+
+def _guard(fn: Any) -> Any:
+    """Turn user errors (bad scenario, missing file, no ray) into one-line messages."""
+
+    def wrapped(args: argparse.Namespace) -> int:
+        from sim.schema import ConfigError
+
+        try:
+            return int(fn(args))
+        except (ConfigError, RuntimeError, FileNotFoundError) as e:
+            return _error(str(e))
+
+    return wrapped
+
+
+@_guard
+def _run(args: argparse.Namespace) -> int:
+    from sim.report import format_summary
+    from sim.runner import RunSpec, load_raw, run_spec
+
+    raw, _ = load_raw(args.scenario)
+    trace = args.trace
+    if trace is None and args.out is not None:
+        trace = args.out / "trace.jsonl"
+    spec = RunSpec(raw=raw, policy=args.policy, seed=args.seed, overrides=_overrides(args),
+                   trace_path=None if trace is None else str(trace))
+    from sim.config import scenario_from_raw
+
+    scenario_from_raw(raw, None, spec.overrides)  # validate before starting
+    result = run_spec(spec, progress=not args.no_progress and not args.json and sys.stderr.isatty())
+    s = result.summary
+    if args.json:
+        print(json.dumps(s.to_dict(), indent=2, default=str))
+    else:
+        print(format_summary(s))
+        print(f"({result.wall_s:.2f} s wall, {s.events / max(result.wall_s, 1e-9):,.0f} events/s)")
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "summary.json").write_text(json.dumps(s.to_dict(), indent=2, default=str))
+        if args.plots:
+            from sim.plots import all_plots
+
+            for p in all_plots([result], args.out):
+                print(f"wrote {p}")
+    if trace is not None:
+        print(f"wrote {trace}")
+    return 0
+
+
+@_guard
+def _compare(args: argparse.Namespace) -> int:
+    from sim.compare import compare, format_comparison
+    from sim.policies import POLICIES
+    from sim.runner import load_raw
+
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        return _error(f"unknown policy {unknown[0]!r} (known: {', '.join(POLICIES)})")
+    if args.seeds < 1:
+        return _error("--seeds must be >= 1")
+    raw, _ = load_raw(args.scenario)
+    ov = _overrides(args)
+    from sim.config import scenario_from_raw
+
+    scenario_from_raw(raw, None, ov)
+    trace_dir = None
+    if args.traces:
+        if args.out is None:
+            return _error("--traces needs --out")
+        args.out.mkdir(parents=True, exist_ok=True)
+        trace_dir = str(args.out)
+    results = compare(raw, policies, list(range(args.seeds)), _workers(args.workers), args.ray,
+                      ov, trace_dir)
+    print(format_comparison(results))
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "compare.json").write_text(json.dumps(
+            [{"label": r.spec_label, "summary": r.summary.to_dict()} for r in results],
+            indent=2, default=str))
+        if args.plots:
+            from sim.plots import all_plots
+
+            for p in all_plots(results, args.out):
+                print(f"wrote {p}")
+    return 0
+
+
+@_guard
+def _sweep(args: argparse.Namespace) -> int:
+    from sim.runner import load_raw
+    from sim.sweep import format_sweep, parse_axis, rows, sweep, write_csv
+
+    if not args.param:
+        return _error("give at least one --param KEY=V1,V2,…")
+    axes = [parse_axis(p) for p in args.param]
+    policies: list[str | None] = [p.strip() for p in args.policies.split(",") if p.strip()] or [None]
+    raw, _ = load_raw(args.scenario)
+    from sim.config import set_path
+
+    for key, value in _overrides(args):
+        set_path(raw, key, value)
+    results = sweep(raw, axes, policies, list(range(max(1, args.seeds))), _workers(args.workers),
+                    args.ray)
+    data = rows(results)
+    print(format_sweep(data))
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        write_csv(args.out / "sweep.csv", data)
+        print(f"wrote {args.out / 'sweep.csv'}")
+        if args.plots:
+            from sim.plots import latency_cdf
+
+            print(f"wrote {latency_cdf(results, args.out / 'latency_cdf.png', key='policy')}")
+    return 0
+
+
+def _profiles(args: argparse.Namespace) -> int:
+    from sim.config import PROFILE_DIR, available_profiles
+    from sim.schema import load_yaml
+
+    for name in available_profiles():
+        data = load_yaml(PROFILE_DIR / f"{name}.yaml") or {}
+        kind = "cloud " if "gpu" in data else "device"
+        desc = " ".join(str(data.get("description", "")).split())
+        print(f"{name:22s} {kind}  {desc[:90]}")
+    return 0
+
+
+def _policies(args: argparse.Namespace) -> int:
+    from sim.policies import describe
+
+    for name, doc in describe():
+        print(f"{name:18s} {doc}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    return int(args.func(args))

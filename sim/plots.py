@@ -1,0 +1,104 @@
+"""Plots of runs: latency CDFs per policy, temperature and clock level, offload share over time.
+
+Uses matplotlib's non-interactive Agg backend and writes PNG files; imported only when plots are
+asked for.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sim.runner import RunResult
+
+
+def _plt():  # type: ignore[no-untyped-def]
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def latency_cdf(results: list[RunResult], path: Path, key: str = "policy") -> Path:
+    """Fleet end-to-end latency CDF, one line per policy (first seed of each)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    seen = set()
+    for r in results:
+        name = str(r.spec_label.get(key, r.summary.policy))
+        if name in seen:
+            continue
+        seen.add(name)
+        xs, ys = r.cdf
+        ax.step(xs, ys, where="post", label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("end-to-end latency (s)")
+    ax.set_ylabel("fraction of requests")
+    ax.set_title("Latency CDF per policy")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def thermal(result: RunResult, path: Path) -> Path:
+    """Temperature and clock level over time, per device."""
+    plt = _plt()
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    for dev, s in result.series.items():
+        t, v = s["temp_c"]
+        ax1.plot(t, v, label=dev)
+        t, v = s["clock_level"]
+        ax2.step(t, v, where="post", label=dev)
+    ax1.set_ylabel("temperature (°C)")
+    ax1.set_title(f"Temperature and clock level — {result.summary.policy}")
+    ax1.grid(True, alpha=0.3)
+    ax1.legend(fontsize=8)
+    ax2.set_ylabel("clock level (0 = fastest)")
+    ax2.set_xlabel("simulated time (s)")
+    ax2.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def offload_share(results: list[RunResult], path: Path, key: str = "policy") -> Path:
+    """Share of decisions sent to the cloud per sample interval, fleet-wide, per policy."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 4))
+    seen = set()
+    for r in results:
+        name = str(r.spec_label.get(key, r.summary.policy))
+        if name in seen:
+            continue
+        seen.add(name)
+        for dev, s in r.series.items():
+            t, v = s["offload_share"]
+            ax.plot(t, v, label=f"{name}: {dev}", alpha=0.8)
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_xlabel("simulated time (s)")
+    ax.set_ylabel("offload share")
+    ax.set_title("Offload share over time")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def all_plots(results: list[RunResult], out_dir: Path) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [latency_cdf(results, out_dir / "latency_cdf.png"),
+             offload_share(results, out_dir / "offload_share.png")]
+    seen = set()
+    for r in results:
+        name = str(r.spec_label.get("policy", r.summary.policy))
+        if name not in seen:
+            seen.add(name)
+            paths.append(thermal(r, out_dir / f"thermal_{name}.png"))
+    return paths
