@@ -32,6 +32,9 @@ from tui.sources.devices import DeviceInfo
 from tui.sources.vllm_metrics import EngineMetrics, bucket_delta, histogram_quantile
 from tui.timeline import Timeline, TimelineRow
 
+RECORD_WORKERS_S = 10.0
+"""Without resource samples, the workers panel shows busy shares over this much source time."""
+
 _QUEUE_KEYS = ("preproc_queue", "preproc_running", "engine_waiting", "engine_running")
 
 
@@ -393,9 +396,11 @@ class PipelineState:
         if s is not None:
             workers = Workers(tuple(s.worker_busy), tuple(s.worker_stage), s.engine_busy, s.stall_s)
         else:
-            rows = self.timeline.rows(now - 1e-9, 1) if now is not None else []
-            busy = tuple(r.cells[0].busy for r in rows[:-1])
-            workers = Workers(busy, (), rows[-1].cells[0].busy if rows else None, None)
+            # from records: the mean of the last RECORD_WORKERS_S columns (records come late)
+            n = max(1, round(RECORD_WORKERS_S / self.config.timeline_bucket_s))
+            rows = self.timeline.rows(now - 1e-9, n) if now is not None else []
+            means = [sum(c.busy for c in r.cells) / n for r in rows]
+            workers = Workers(tuple(means[:-1]), (), means[-1] if means else None, None)
         devices = tuple(
             DeviceView(d, self._device_info.get(name), tuple(self._temp_hist.get(name, ())))
             for name, d in sorted(self._devices.items())

@@ -95,6 +95,7 @@ class Timeline:
         self._samples: dict[int, _SampleBucket] = {}
         self._records: dict[int, _RecordBucket] = {}
         self._newest = -(1 << 62)
+        self._oldest = 1 << 62
 
     # ---- folding -------------------------------------------------------------------------
     def add_sample(self, s: ResourceSample, interval_s: float) -> None:
@@ -158,6 +159,7 @@ class Timeline:
 
     def _touch(self, k: int) -> bool:
         """Note bucket ``k`` as seen; False if it is already older than what is kept."""
+        self._oldest = min(self._oldest, k)
         if k > self._newest:
             self._newest = k
             oldest = k - self.keep
@@ -170,6 +172,7 @@ class Timeline:
         self._samples.clear()
         self._records.clear()
         self._newest = -(1 << 62)
+        self._oldest = 1 << 62
         self.workers = 0
         self.from_samples = False
 
@@ -197,8 +200,12 @@ class Timeline:
             return self._busy_cell(min(1.0, busy))
         r = self._records.get(k)
         if r is None:
-            return Cell(CellState.NO_DATA) if k > self._newest else Cell(CellState.IDLE)
+            return self._gap(k)
         return self._busy_cell(min(1.0, r.worker_busy_s.get(w, 0.0) / self.bucket_s))
+
+    def _gap(self, k: int) -> Cell:
+        """A bucket no record touched: idle between the first and last seen, else unknown."""
+        return Cell(CellState.IDLE) if self._oldest <= k <= self._newest else Cell(CellState.NO_DATA)
 
     def _engine_cell(self, k: int) -> Cell:
         if self.from_samples:
@@ -209,7 +216,7 @@ class Timeline:
         else:
             r = self._records.get(k)
             if r is None:
-                return Cell(CellState.NO_DATA) if k > self._newest else Cell(CellState.IDLE)
+                return self._gap(k)
             if r.cached is None:
                 engine = _union(r.engine)
                 r.cached = (_measure(engine), _measure(_subtract(_union(r.cpu_wait), engine)))

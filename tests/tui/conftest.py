@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
+from edgeserve.records import RequestRecord, ResourceSample
+from tests.tui.servers import event_stream, serve, vllm_metrics
 from tui.host import FixedProbe, HostStats
 from tui.synthetic import SyntheticConfig, write_trace
 
@@ -41,3 +45,29 @@ def wall() -> FakeWall:
 def host() -> FixedProbe:
     return FixedProbe(HostStats(cpu_percent=12.5, per_cpu_percent=(10.0, 15.0), mem_percent=40.0,
                                 gpu_note="no NVIDIA GPU (NVML not available)"))
+
+
+LIVE_ITEMS = [
+    RequestRecord(id="a", arrived_s=1.0, first_token_s=1.2, finished_s=1.5),
+    ResourceSample(t_s=2.0, preproc_queue=3, worker_busy=[0.5]),
+    RequestRecord(id="b", arrived_s=1.5, finished_s=2.5),
+]
+
+
+@pytest.fixture
+async def edgeserve_like() -> AsyncIterator[str]:
+    app = web.Application()
+    app.router.add_get("/v1/events", event_stream([LIVE_ITEMS[:2], LIVE_ITEMS[2:]]))
+    app.router.add_get("/metrics", vllm_metrics)
+    async for url in serve(app):
+        yield url
+
+
+@pytest.fixture
+async def vllm_like() -> AsyncIterator[str]:
+    app = web.Application()
+    app.router.add_get("/metrics", vllm_metrics)
+    async for url in serve(app):
+        yield url
+
+

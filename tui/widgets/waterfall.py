@@ -15,6 +15,8 @@ from tui.state import matches
 from tui.widgets.base import PanelWidget, View, fmt_s
 
 MAX_ROWS = 100
+ID_W = 16
+E2E_W = 8
 
 
 def stage_class(stage: Stage) -> str:
@@ -47,9 +49,7 @@ class WaterfallPanel(PanelWidget):
         self._key: tuple[object, ...] = ()
 
     def compose(self) -> ComposeResult:
-        table: DataTable[Text | str] = DataTable(cursor_type="row", zebra_stripes=False)
-        table.add_columns("request", "e2e", "stages")
-        yield table
+        yield DataTable(cursor_type="row", zebra_stripes=False)
         yield Static(id="waterfall-note")
 
     def render(self) -> Text:  # the table and the note draw themselves
@@ -64,8 +64,8 @@ class WaterfallPanel(PanelWidget):
             return
         recs = [r for r in reversed(view.snapshot.recent) if not view.filter or matches(r, view.filter)]
         recs = recs[:MAX_ROWS]
-        table = self.query_one(DataTable)
-        width = max(10, table.size.width - 34)
+        table: DataTable[Text | str] = self.query_one(DataTable)
+        width = max(10, table.size.width - ID_W - E2E_W - 16)
         key = (tuple(r.id for r in recs), width, view.filter)
         if key == self._key:
             return  # nothing new: rebuilding the table would only cost CPU
@@ -73,8 +73,12 @@ class WaterfallPanel(PanelWidget):
         self._shown = recs
         scale = max((r.e2e_s or 0.0 for r in recs), default=0.0) or 1.0
         cursor = table.cursor_row
-        table.clear()
-        table.add_rows([(r.id[-16:], fmt_s(r.e2e_s), self._bar(r, scale, width)) for r in recs])
+        # fixed column widths: auto-sizing would depend on when the table was first laid out
+        table.clear(columns=True)
+        table.add_column("request", width=ID_W)
+        table.add_column("e2e", width=E2E_W)
+        table.add_column("stages", width=width + 9)
+        table.add_rows([(r.id[-ID_W:], fmt_s(r.e2e_s), self._bar(r, scale, width)) for r in recs])
         if recs:
             table.move_cursor(row=min(cursor, len(recs) - 1), animate=False)
 

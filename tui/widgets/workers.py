@@ -38,6 +38,8 @@ class WorkersPanel(PanelWidget):
             t.append(f"{'engine':<7}", label)
             t.append(bar(w.engine_busy, bar_w), self.style_of("workers--engine"))
             t.append(f" {w.engine_busy * 100:3.0f}%\n")
+        if not w.stage and w.busy:
+            t.append("busy share of the last 10 s, from request records", "italic")
         if w.stall_s is not None:
             t.append(f"{'stall':<7}", label)
             t.append(f"{fmt_s(w.stall_s)} engine idle, work in CPU stages",
