@@ -45,7 +45,8 @@ def load_like_vllm(data: bytes) -> Image.Image:
 
 
 @cache
-def _processor(kind: str) -> Any:
+def processor(kind: str) -> Any:
+    """transformers' Qwen2-VL image processor: ``kind`` "pil" or "torchvision" (cached)."""
     if kind == "pil":
         from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
             Qwen2VLImageProcessorPil,
@@ -60,7 +61,7 @@ def _processor(kind: str) -> Any:
 def torchvision_available() -> bool:
     """Whether transformers' torchvision backend imports here (it needs a working torchvision)."""
     try:
-        _processor("torchvision")
+        processor("torchvision")
     except Exception:  # ImportError, or torchvision's compiled ops failing to load
         return False
     return True
@@ -69,7 +70,7 @@ def torchvision_available() -> bool:
 def _run(
     kind: str, image: Image.Image, min_pixels: int, max_pixels: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    out = _processor(kind)(
+    out = processor(kind)(
         images=image,
         size={"shortest_edge": min_pixels, "longest_edge": max_pixels},
         return_tensors="np" if kind == "pil" else "pt",
