@@ -7,11 +7,12 @@ asked for.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from sim.runner import RunResult
 
 
-def _plt():  # type: ignore[no-untyped-def]
+def _plt() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")

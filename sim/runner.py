@@ -95,7 +95,7 @@ def run_many(specs: list[RunSpec], workers: int = 1, use_ray: bool = False) -> l
     """Run specs on this process, a local process pool, or Ray (if installed and asked for)."""
     if use_ray:
         try:
-            import ray  # type: ignore[import-not-found]
+            import ray
         except ImportError:
             raise RuntimeError("--ray was given but ray is not installed (pip install ray)") from None
         if not ray.is_initialized():

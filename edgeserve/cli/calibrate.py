@@ -1,0 +1,55 @@
+"""``edgeserve calibrate TRACE... --out PROFILE.yaml``: fit simulator device profiles from traces.
+
+Reads the request records of runtime traces (``edgeserve serve --trace``) and fits the per-stage
+service-time models of a device profile: image decode, resize and normalize against source and
+target pixels, encode against image tokens, prefill against prompt tokens, and the decode-step
+time against the number of requests decoding at once (see :mod:`sim.calibrate`). Units, power
+and thermal values come from ``--base`` (a shipped profile name or a YAML file), or are
+placeholders.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def add_parser(subparsers: Any, help_: str) -> None:
+    p = subparsers.add_parser("calibrate", help=help_, description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("traces", nargs="+", type=Path, metavar="TRACE", help="trace files (JSON Lines)")
+    p.add_argument("--out", type=Path, required=True, help="profile YAML to write")
+    p.add_argument("--base", help="profile to start from (shipped name or YAML path)")
+    p.add_argument("--name", help="profile name (default: the --out file's stem)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import yaml
+
+    from edgeserve.records import TraceError
+    from sim.calibrate import calibrate, format_fits, read_records, to_profile
+    from sim.config import DeviceProfile, resolve_profile_path
+    from sim.schema import ConfigError, build, load_yaml
+
+    try:
+        for t in args.traces:
+            if not t.exists():
+                raise ConfigError(f"{t}: no such trace file")
+        cal = calibrate(read_records(args.traces))
+        if not cal.fits:
+            raise ConfigError("no stage could be fitted: the traces hold no usable local requests")
+        base = load_yaml(resolve_profile_path(args.base, Path.cwd())) if args.base else None
+        name = args.name or args.out.stem
+        prof = to_profile(cal, base, name, [str(t) for t in args.traces])
+        build(DeviceProfile, prof, f"profile {name}")  # what we write must load
+    except (ConfigError, TraceError) as e:
+        print(f"edgeserve calibrate: {e}", file=sys.stderr)
+        return 2
+    print(format_fits(cal))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(yaml.safe_dump(prof, sort_keys=False, allow_unicode=True, width=100))
+    print(f"wrote {args.out}")
+    return 0

@@ -1,0 +1,268 @@
+"""Fit a device profile's service-time models from recorded runtime traces.
+
+A trace of ``edgeserve serve --trace`` holds, per request, the stage timestamps and sizes of
+:class:`edgeserve.records.RequestRecord`. Each stage's duration is regressed on the features the
+simulator's models use (ordinary least squares, coefficients kept non-negative):
+
+==============  ===========================================  ==============================
+stage           duration from the record                     features
+==============  ===========================================  ==============================
+image_decode    ``decode_end_s − preproc_start_s``           source pixels
+resize          ``resize_end_s − decode_end_s``              source pixels, target pixels
+normalize       ``normalize_end_s − resize_end_s``           target pixels
+encode          ``encode_end_s − normalize_end_s``           image tokens
+prefill         ``first_token_s − engine_queued_s``          prompt tokens
+decode_step     ``(last − first token) / (output − 1)``      requests decoding at once
+==============  ===========================================  ==============================
+
+Queueing must not leak into service times. The CPU stages are measured inside a worker, so they
+are clean. For prefill only requests that found the engine empty are used (no other request
+between its own queueing and its first token). For the decode step only requests whose decode
+window saw no other request's first token (no prefill pausing the batch) are used. The batch
+size of a window is the mean number of requests decoding *per step* (time segments weighted by
+1/step time, iterated with the fit), which makes the window's mean step time exactly linear in it.
+
+The spread around the fitted mean becomes a lognormal ``cv`` (the standard deviation of the ratio
+of measured to fitted time), or ``deterministic`` when it is below 0.5 %.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgeserve.records import Outcome, RequestRecord, read_trace
+
+MIN_SAMPLES = 5
+
+
+@dataclass(slots=True)
+class StageFit:
+    stage: str
+    n: int
+    base_s: float
+    per: dict[str, float]
+    cv: float
+    r2: float
+    note: str = ""
+
+    def model(self) -> dict[str, Any]:
+        m: dict[str, Any] = {"kind": "lognormal" if self.cv >= 0.005 else "deterministic",
+                             "base_s": float(f"{self.base_s:.6g}"),
+                             "per": {k: float(f"{v:.6g}") for k, v in self.per.items()}}
+        if m["kind"] == "lognormal":
+            m["cv"] = round(self.cv, 4)
+        return m
+
+
+@dataclass(slots=True)
+class Calibration:
+    fits: dict[str, StageFit] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)  # stage → why not fitted
+    requests: int = 0
+    workers: int = 0
+
+
+def fit_linear(stage: str, x: np.ndarray, y: np.ndarray, names: list[str]) -> StageFit:
+    """Least squares ``y ≈ b + x·w`` with ``b, w ≥ 0`` (negative terms are dropped and refitted)."""
+    keep = list(range(len(names)))
+    while True:
+        a = np.column_stack([np.ones(len(y))] + [x[:, i] for i in keep])
+        coef, *_ = np.linalg.lstsq(a, y, rcond=None)
+        neg = [j for j, c in enumerate(coef[1:]) if c < 0]
+        if not neg:
+            break
+        keep.pop(neg[0])
+    base = float(coef[0])
+    if base < 0:  # refit through the origin
+        a0 = np.column_stack([x[:, i] for i in keep]) if keep else np.zeros((len(y), 0))
+        coef0, *_ = np.linalg.lstsq(a0, y, rcond=None) if keep else (np.zeros(0),)
+        coef = np.concatenate([[0.0], np.maximum(coef0, 0.0)])
+        base = 0.0
+        a = np.column_stack([np.ones(len(y))] + [x[:, i] for i in keep])
+    pred = a @ coef
+    ss_res = float(np.sum((y - pred) ** 2))
+    ss_tot = float(np.sum((y - y.mean()) ** 2))
+    ratio = y / np.where(pred > 0, pred, np.nan)
+    cv = float(np.nanstd(ratio)) if len(y) > 1 else 0.0
+    per = {names[i]: float(c) for i, c in zip(keep, coef[1:], strict=True) if c > 0}
+    return StageFit(stage, len(y), base, per, cv, 1 - ss_res / ss_tot if ss_tot > 0 else 1.0)
+
+
+def _stage(cal: Calibration, stage: str, rows: list[tuple[float, ...]], names: list[str]) -> None:
+    rows = [r for r in rows if r[0] >= 0 and all(math.isfinite(v) for v in r)]
+    if len(rows) < MIN_SAMPLES:
+        cal.skipped[stage] = f"{len(rows)} usable records (need {MIN_SAMPLES})"
+        return
+    arr = np.asarray(rows, dtype=float)
+    cal.fits[stage] = fit_linear(stage, arr[:, 1:], arr[:, 0], names)
+
+
+class _Concurrency:
+    """Number of requests decoding (between first and last token) as a step function of time."""
+
+    def __init__(self, recs: list[RequestRecord]) -> None:
+        deltas: dict[float, int] = {}
+        for r in recs:
+            a, b = float(r.first_token_s or 0.0), float(r.last_token_s or 0.0)
+            deltas[a] = deltas.get(a, 0) + 1
+            deltas[b] = deltas.get(b, 0) - 1
+        self.t = sorted(deltas)
+        self.level: list[int] = []
+        n = 0
+        for t in self.t:
+            n += deltas[t]
+            self.level.append(n)
+        self._prefix: list[float] = []
+        self._weight = lambda b: 1.0
+
+    def weigh(self, weight: Any) -> None:
+        """Prepare integrals of ``weight(level)`` and ``level · weight(level)`` over time."""
+        self._weight = weight
+        w_sum, bw_sum = [0.0], [0.0]
+        for i in range(len(self.t) - 1):
+            dt = self.t[i + 1] - self.t[i]
+            w = weight(self.level[i]) if self.level[i] > 0 else 0.0
+            w_sum.append(w_sum[-1] + w * dt)
+            bw_sum.append(bw_sum[-1] + self.level[i] * w * dt)
+        self._prefix = [w_sum, bw_sum]  # type: ignore[list-item]
+
+    def _integral(self, k: int, t: float) -> float:
+        i = bisect.bisect_right(self.t, t) - 1
+        if i < 0:
+            return 0.0
+        lv = self.level[i]
+        w = self._weight(lv) if lv > 0 else 0.0
+        return self._prefix[k][i] + (lv * w if k else w) * (t - self.t[i])  # type: ignore[index]
+
+    def mean(self, a: float, b: float) -> float:
+        """Weighted mean level over [a, b]: ∫ level·w dt / ∫ w dt."""
+        den = self._integral(0, b) - self._integral(0, a)
+        return (self._integral(1, b) - self._integral(1, a)) / den if den > 0 else math.nan
+
+
+def calibrate(records: Iterable[RequestRecord]) -> Calibration:
+    """Fit every stage that the records have enough data for."""
+    recs = [r for r in records if r.outcome is Outcome.OK and r.uplink_end_s is None]
+    cal = Calibration(requests=len(recs))
+    cal.workers = len({r.worker for r in recs if r.worker is not None})
+    src = lambda r: r.source_width * r.source_height  # noqa: E731
+    tgt = lambda r: r.target_width * r.target_height  # noqa: E731
+    cpu = [r for r in recs if r.preproc_start_s is not None and r.decode_end_s is not None
+           and r.resize_end_s is not None and r.normalize_end_s is not None]
+    _stage(cal, "image_decode",
+           [(r.decode_end_s - r.preproc_start_s, src(r)) for r in cpu],  # type: ignore[operator]
+           ["source_pixels"])
+    _stage(cal, "resize",
+           [(r.resize_end_s - r.decode_end_s, src(r), tgt(r)) for r in cpu],  # type: ignore[operator]
+           ["source_pixels", "target_pixels"])
+    _stage(cal, "normalize",
+           [(r.normalize_end_s - r.resize_end_s, tgt(r)) for r in cpu],  # type: ignore[operator]
+           ["target_pixels"])
+    # encode: the encoder may queue (no timestamp marks its start), so use only requests that
+    # found it idle: no earlier request's encode still running when this one's CPU work ended
+    enc = []
+    busy = -math.inf
+    for r in sorted((r for r in cpu if r.encode_end_s is not None),
+                    key=lambda r: r.normalize_end_s):  # type: ignore[arg-type, return-value]
+        if busy <= r.normalize_end_s:  # type: ignore[operator]
+            enc.append(r)
+        busy = max(busy, float(r.encode_end_s or 0.0))
+    if enc:
+        _stage(cal, "encode", [(r.encode_end_s - r.normalize_end_s, r.image_tokens)  # type: ignore[operator]
+                               for r in enc], ["image_tokens"])
+    eng = sorted((r for r in recs if r.engine_queued_s is not None and r.first_token_s is not None
+                  and r.last_token_s is not None), key=lambda r: r.engine_queued_s)  # type: ignore[arg-type, return-value]
+    # prefill: the engine held nobody else from this request's queueing to its first token
+    isolated = []
+    busy_until = -math.inf
+    for i, r in enumerate(eng):
+        nxt = eng[i + 1].engine_queued_s if i + 1 < len(eng) else math.inf
+        if busy_until <= r.engine_queued_s and nxt >= r.first_token_s:  # type: ignore[operator]
+            isolated.append(r)
+        busy_until = max(busy_until, float(r.last_token_s or 0.0))
+    _stage(cal, "prefill", [(r.first_token_s - r.engine_queued_s, r.prompt_tokens)  # type: ignore[operator]
+                            for r in isolated], ["prompt_tokens"])
+    if "prefill" in cal.fits:
+        cal.fits["prefill"].note = f"{len(isolated)} of {len(eng)} requests found the engine empty"
+    # decode step: windows without another request's first token inside
+    dec = [r for r in eng if r.output_tokens >= 2
+           and float(r.last_token_s or 0.0) > float(r.first_token_s or 0.0)]
+    if dec:
+        conc = _Concurrency(dec)
+        firsts = sorted(float(r.first_token_s or 0.0) for r in eng)
+        windows = []
+        for r in dec:
+            a, b = float(r.first_token_s or 0.0), float(r.last_token_s or 0.0)
+            if bisect.bisect_left(firsts, b) - bisect.bisect_right(firsts, a) == 0:
+                windows.append((a, b, (b - a) / (r.output_tokens - 1)))
+        # The mean step time over a window is the step-weighted mean of base + slope·batch; time
+        # segments count in proportion to 1/step_time, which depends on the fit: iterate.
+        base, slope = 1.0, 0.0
+        rows: list[tuple[float, ...]] = []
+        for _ in range(4):
+            conc.weigh(lambda lv, b0=base, s0=slope: 1.0 / max(b0 + s0 * lv, 1e-12))
+            rows = [(tpot, conc.mean(a, b)) for a, b, tpot in windows]
+            _stage(cal, "decode_step", rows, ["batch"])
+            fit = cal.fits.get("decode_step")
+            if fit is None:
+                break
+            base, slope = fit.base_s, fit.per.get("batch", 0.0)
+        if "decode_step" in cal.fits:
+            cal.fits["decode_step"].note = f"{len(rows)} of {len(dec)} decode windows unpaused"
+    return cal
+
+
+def read_records(paths: Iterable[str | Path]) -> Iterable[RequestRecord]:
+    for p in paths:
+        for item in read_trace(p):
+            if isinstance(item, RequestRecord):
+                yield item
+
+
+def to_profile(cal: Calibration, base: dict[str, Any] | None, name: str,
+               sources: list[str]) -> dict[str, Any]:
+    """A device-profile mapping: ``base`` (or a generic skeleton) with fitted stage models."""
+    if base is None:
+        base = {
+            "name": name,
+            "units": {"cpu": {"kind": "cpu", "count": max(1, cal.workers), "idle_w": 0.1,
+                              "active_w": 1.0},
+                      "gpu": {"kind": "gpu", "count": 1, "idle_w": 1.0, "active_w": 10.0}},
+            "stages": {s: {"unit": "cpu" if s in ("image_decode", "resize", "normalize") else "gpu"}
+                       for s in ("image_decode", "resize", "normalize", "prefill", "decode_step")},
+            "thermal": {"r_c_per_w": 2.0, "c_j_per_c": 50.0, "ambient_c": 25.0},
+            "assumed": ["units, power and thermal values are placeholders: calibrate only fits "
+                        "service times"],
+        }
+    prof = dict(base)
+    prof["name"] = name
+    stages = {k: dict(v) for k, v in prof.get("stages", {}).items()}
+    for stage, fit in cal.fits.items():
+        entry = stages.setdefault(stage, {"unit": "gpu" if stage == "encode" else "cpu"})
+        entry["model"] = fit.model()
+    prof["stages"] = stages
+    notes = [f"{s}: fitted on {f.n} requests, R² = {f.r2:.3f}" + (f" ({f.note})" if f.note else "")
+             for s, f in cal.fits.items()]
+    prof["sources"] = [*list(prof.get("sources", [])), f"calibrated from {', '.join(sources)}", *notes]
+    if cal.skipped:
+        prof["assumed"] = list(prof.get("assumed", [])) + [
+            f"{s} not fitted ({why}); kept from the base profile" for s, why in cal.skipped.items()]
+    return prof
+
+
+def format_fits(cal: Calibration) -> str:
+    lines = [f"{cal.requests} local requests, {cal.workers} workers"]
+    for s, f in cal.fits.items():
+        terms = " + ".join(f"{v:.4g}·{k}" for k, v in f.per.items())
+        lines.append(f"  {s:13s} {f.base_s * 1000:8.3f} ms" + (f" + {terms}" if terms else "")
+                     + f"   cv {f.cv:.3f}  R² {f.r2:.3f}  n {f.n}" + (f"  [{f.note}]" if f.note else ""))
+    for s, why in cal.skipped.items():
+        lines.append(f"  {s:13s} not fitted: {why}")
+    return "\n".join(lines)
