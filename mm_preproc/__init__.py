@@ -3,7 +3,7 @@
 >>> import mm_preproc
 >>> r = mm_preproc.preprocess(jpeg_bytes, max_pixels=1280 * 28 * 28)   # doctest: +SKIP
 >>> r.pixel_values.shape, r.image_grid_thw                               # doctest: +SKIP
-((5084, 1176), array([[ 1, 62, 82]]))
+((4920, 1176), array([[ 1, 60, 82]]))
 
 To size an output buffer before decoding (e.g. a shared-memory segment)::
 

@@ -3,9 +3,9 @@
 A request's output size follows from the source's header alone (see :func:`mm_preproc.probe`),
 so a frontend can size a shared-memory segment before a worker decodes the image:
 
->>> spec = output_spec(868, 1148, OutputFormat.FLOAT32)
+>>> spec = output_spec(840, 1148, OutputFormat.FLOAT32)
 >>> spec.shape, spec.nbytes
-((5084, 1176), 23915136)
+((4920, 1176), 23143680)
 
 Three formats exist. ``FLOAT32`` is the model's ``pixel_values``: rescaled by 1/255, normalized
 with the CLIP mean/std, in Qwen2-VL's patch order. ``UINT8`` is the same patch order with the raw

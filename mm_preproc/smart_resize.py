@@ -2,7 +2,7 @@
 
 Qwen2-VL keeps an image's aspect ratio, rounds both sides to multiples of 28, and scales the
 area into ``[min_pixels, max_pixels]``. A 4000×3000 photo with ``max_pixels = 1280·28·28``
-becomes 1148×868 (41×31 merged tokens). transformers and qwen-vl-utils implement the rule
+becomes 1148×840 (41×30 = 1230 merged tokens). transformers and qwen-vl-utils implement the rule
 slightly differently at the edges (qwen-vl-utils clamps the rounded sides to at least 28 before
 comparing with the limits); :class:`ResizeRule` selects which one to reproduce. The default is
 transformers', because that is what the model's processor applies last.
