@@ -188,6 +188,10 @@ class ResourceSample(msgspec.Struct, kw_only=True, omit_defaults=True, tag="samp
     system_mem_percent: float = 0.0
     gpu_util: list[float] = msgspec.field(default_factory=list)  # NVML, where present
     gpu_mem_bytes: list[int] = msgspec.field(default_factory=list)
+    # runtime: when, within this sample's settled window, the engine stepped (nearby steps merged)
+    # and when it stalled (idle while an admitted request sat in a CPU stage)
+    engine_busy_spans: list[tuple[float, float]] = msgspec.field(default_factory=list)
+    stall_spans: list[tuple[float, float]] = msgspec.field(default_factory=list)
 
 
 class DeviceSample(msgspec.Struct, kw_only=True, omit_defaults=True, tag="device", tag_field="type"):

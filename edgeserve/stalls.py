@@ -18,7 +18,9 @@ The meter settles a window only ``lag_s`` seconds after its end, so late reports
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+SPAN_MERGE_GAP_S = 0.002  # steps closer than this are one span in traces (keeps samples small)
 
 
 @dataclass(slots=True)
@@ -29,6 +31,8 @@ class WindowStats:
     end_s: float
     busy_s: float
     stall_s: float
+    busy_spans: list[tuple[float, float]] = field(default_factory=list)  # steps, nearby merged
+    stall_spans: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def busy_fraction(self) -> float:
@@ -51,13 +55,31 @@ def _measure(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def _intersect(xs: list[tuple[float, float]], ys: list[tuple[float, float]]) -> float:
-    """Length of (union of xs) ∩ (union of ys); xs must be disjoint and sorted."""
-    total = 0.0
+def _union(intervals: list[tuple[float, float]], gap_s: float = 0.0) -> list[tuple[float, float]]:
+    """Sorted disjoint union; intervals closer than ``gap_s`` are joined."""
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1] + gap_s:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _subtract(xs: list[tuple[float, float]], ys: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """(union of xs) minus (union of ys); both sorted and disjoint."""
+    out: list[tuple[float, float]] = []
     for a, b in xs:
-        clipped = [(max(a, c), min(b, d)) for c, d in ys if c < b and d > a]
-        total += _measure(clipped)
-    return total
+        cur = a
+        for c, d in ys:
+            if d <= cur or c >= b:
+                continue
+            if c > cur:
+                out.append((cur, c))
+            cur = max(cur, d)
+        if cur < b:
+            out.append((cur, b))
+    return out
 
 
 class StallMeter:
@@ -114,13 +136,14 @@ class StallMeter:
             since = t
         if count > 0 and b > since:
             occupied.append((since, b))
-        busy = [(max(s, a), min(e, b)) for s, e in self._steps if e > a and s < b]
+        busy = _union([(max(s, a), min(e, b)) for s, e in self._steps if e > a and s < b])
         busy_s = _measure(busy)
-        stall_s = _measure(occupied) - _intersect(occupied, busy)
+        stall_spans = _subtract(occupied, busy)
+        stall_s = _measure(stall_spans)
         self._cpu_events = keep_events
         self._cpu_count_at_cursor = count
         self._steps = [(max(s, b), e) for s, e in self._steps if e > b]
         self._cursor = b
         self.busy_total_s += busy_s
         self.stall_total_s += stall_s
-        return WindowStats(a, b, busy_s, stall_s)
+        return WindowStats(a, b, busy_s, stall_s, _union(busy, SPAN_MERGE_GAP_S), stall_spans)

@@ -256,6 +256,8 @@ class ResourceSampler:
             system_mem_percent=psutil.virtual_memory().percent,
             gpu_util=gpu_util,
             gpu_mem_bytes=gpu_mem,
+            engine_busy_spans=window.busy_spans,
+            stall_spans=window.stall_spans,
         )
         self.last = sample
         return sample

@@ -2,10 +2,12 @@
 process (split mode) or on the frontend's event loop (inline mode) — the same code either way.
 
 What is computed here and what is left to vLLM: vLLM 0.32's Qwen2-VL accepts images as pixels
-(or as precomputed ``image_embeds``), not as normalized patches. So the worker does the expensive,
-size-dependent part — decode (JPEGs in the DCT domain at 1/2…1/8 scale when the target is small
-enough), EXIF orientation, color conversion and the antialiased resize to the exact
-``smart_resize`` target — and hands back a ``target_h × target_w × 3`` uint8 array. vLLM's own
+(or as precomputed ``image_embeds``), not as normalized patches. So the worker runs
+:func:`mm_preproc.preprocess` with ``output=IMAGE`` — the expensive, size-dependent part: decode
+(JPEGs in the DCT domain at 1/2…1/8 scale when the target is small enough), EXIF orientation,
+color conversion and the antialiased resize to the exact ``smart_resize`` target — writing a
+``target_h × target_w × 3`` uint8 array straight into the output segment (sized beforehand from
+the header alone, :func:`mm_preproc.probe`). vLLM's own
 processor then only rescales, normalizes and patchifies an image that is already the right size
 (its resize becomes a no-op because the server passes the same pixel limits).
 
@@ -18,12 +20,16 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import struct
 import time
 from collections.abc import Callable
 
 import numpy as np
 
 from edgeserve.preproc_pool.messages import ErrorKind, JobResult, PreprocParams
+
+# What image decoders raise on malformed data besides mm_preproc's own PreprocError.
+DECODER_ERRORS = (OSError, SyntaxError, EOFError, KeyError, IndexError, struct.error, ValueError)
 
 # alloc(shape) -> a writable uint8 array of that shape (a view on shared memory in a worker)
 Allocator = Callable[[tuple[int, int, int]], np.ndarray]
@@ -53,7 +59,7 @@ def process_image(
 
     Bad input raises nothing: it returns a result with ``error_kind=BAD_IMAGE`` and a message.
     """
-    from mm_preproc import errors as mm_errors
+    import mm_preproc
 
     start = time.monotonic()
     if len(data) > params.max_image_bytes:
@@ -62,8 +68,12 @@ def process_image(
                      start)
     try:
         return _process(job_id, data, params, alloc, start)
-    except (ImageError, mm_errors.PreprocError) as e:
+    except (ImageError, mm_preproc.PreprocError) as e:
         return _fail(job_id, ErrorKind.BAD_IMAGE, str(e), start)
+    except DECODER_ERRORS as e:
+        # an image library tripping over hostile bytes is still the input's fault
+        return _fail(job_id, ErrorKind.BAD_IMAGE, f"cannot decode image ({type(e).__name__}: {e})",
+                     start)
     except MemoryError:
         return _fail(job_id, ErrorKind.BAD_IMAGE, "image too large to decode", start)
 
@@ -71,30 +81,27 @@ def process_image(
 def _process(
     job_id: int, data: bytes | memoryview, params: PreprocParams, alloc: Allocator, start: float
 ) -> JobResult:
-    from PIL import Image
+    import mm_preproc
 
-    from mm_preproc import decode as mm_decode
-    from mm_preproc.smart_resize import target_size
-
-    im, header = mm_decode.open_source(data, params.max_image_pixels)
-    th, tw = target_size(header.height, header.width,
-                         min_pixels=params.min_pixels, max_pixels=params.max_pixels)
-    im = mm_decode.decode(im, header, th, tw, fast=params.fast_decode)
-    im = mm_decode.apply_orientation(im, header.orientation)
-    decode_end = time.monotonic()
-    im = mm_decode.to_rgb(im)
-    if im.size != (tw, th):
-        im = im.resize((tw, th), Image.Resampling.BICUBIC)
-    resize_end = time.monotonic()
+    header = mm_preproc.probe(data, params.max_image_pixels)
+    th, tw = mm_preproc.target_size(header.height, header.width,
+                                    min_pixels=params.min_pixels, max_pixels=params.max_pixels)
     out = alloc((th, tw, 3))
-    out[...] = np.asarray(im)
+    r = mm_preproc.preprocess(
+        data, min_pixels=params.min_pixels, max_pixels=params.max_pixels,
+        backend=params.backend, fast_decode=params.fast_decode, out=out,
+        output=mm_preproc.OutputFormat.IMAGE, max_source_pixels=params.max_image_pixels,
+    )
     digest = content_hash(data, th, tw)
     end = time.monotonic()
+    t = r.timings
+    decode_end = start + t.decode_s
+    resize_end = decode_end + t.color_s + t.resize_s
     return JobResult(
         job_id=job_id, ok=True, shape=(th, tw, 3), dtype="uint8", image_bytes=len(data),
-        source_width=header.width, source_height=header.height, target_width=tw,
+        source_width=r.source_width, source_height=r.source_height, target_width=tw,
         target_height=th, content_hash=digest, start_s=start, decode_end_s=decode_end,
-        resize_end_s=resize_end, normalize_end_s=end,
+        resize_end_s=min(resize_end, end), normalize_end_s=end,
     )
 
 

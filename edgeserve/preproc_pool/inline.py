@@ -31,7 +31,7 @@ class InlinePreproc:
         self.deaths = 0
 
     async def start(self) -> None:
-        import mm_preproc.decode  # noqa: F401 — pay the import before the first request
+        import mm_preproc  # noqa: F401 — pay the import before the first request
 
     async def close(self) -> None:
         return None

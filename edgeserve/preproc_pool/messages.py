@@ -44,6 +44,7 @@ class Job(msgspec.Struct, frozen=True, array_like=True):
     source: SourceKind
     src: str  # input segment name, or file path
     out_name: str  # output segment name the worker creates
+    src_bytes: int = 0  # bytes of the input segment that hold data (segments are page-rounded)
 
 
 class JobResult(msgspec.Struct, array_like=True, tag="result"):

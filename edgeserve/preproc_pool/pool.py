@@ -87,6 +87,7 @@ class _Pending:
     queued_s: float
     in_name: str
     out_name: str
+    in_bytes: int = 0
 
 
 @dataclass(slots=True)
@@ -214,6 +215,7 @@ class PreprocPool:
         in_name, out_name = shm.segment_names(self._pid, job_id)
         pending = _Pending(job_id, image, loop.create_future(), time.monotonic(), in_name, out_name)
         if image.data is not None:
+            pending.in_bytes = len(image.data)
             m = shm.create(in_name, len(image.data))
             m[: len(image.data)] = image.data
             m.close()
@@ -236,7 +238,7 @@ class PreprocPool:
             if slot.ready and slot.job is None and slot.conn is not None:
                 p = self._queue.popleft()
                 src = p.image.path if p.image.source is SourceKind.FILE else p.in_name
-                job = Job(p.job_id, p.image.source, src or "", p.out_name)
+                job = Job(p.job_id, p.image.source, src or "", p.out_name, p.in_bytes)
                 slot.job = p
                 slot.busy_since_s = time.monotonic()
                 # on failure the sentinel reports the death and fails the job

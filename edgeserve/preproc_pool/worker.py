@@ -44,7 +44,7 @@ def worker_main(conn: Connection, params: PreprocParams) -> None:
         pass
     from PIL import Image  # noqa: F401
 
-    import mm_preproc.decode  # noqa: F401 — import before announcing readiness
+    import mm_preproc  # noqa: F401 — import before announcing readiness
 
     conn.send_bytes(encoder.encode(Ready(pid=os.getpid())))
     while True:
@@ -76,7 +76,7 @@ def run_job(job: Job, params: PreprocParams) -> JobResult:
                 data: bytes | memoryview = f.read(params.max_image_bytes + 1)
         else:
             in_map = shm.attach(job.src)
-            data = memoryview(in_map)
+            data = memoryview(in_map)[: job.src_bytes]
             if job.source is SourceKind.SHM_BASE64:
                 data = decode_base64(data)
         return process_image(job.job_id, data, params, alloc)

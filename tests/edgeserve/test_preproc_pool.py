@@ -1,0 +1,157 @@
+"""The preprocessing pool with real worker processes and real shared memory.
+
+Specification: a job comes back as the exact ``mm_preproc`` result for its bytes, through a
+shared-memory segment; bad images fail as BAD_IMAGE while the pool keeps serving; a worker killed
+mid-job fails only that job (WORKER_DIED, with the signal) and is replaced; a full queue refuses
+(PoolFull); and no ``edgeserve_<pid>_*`` segment outlives its job on any of these paths.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import os
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from skimage import data as photos
+
+import mm_preproc
+from edgeserve.preproc_pool.messages import ErrorKind, PreprocParams, SourceKind
+from edgeserve.preproc_pool.pool import ImageInput, PoolFull, PreprocFailed, PreprocPool
+
+PARAMS = PreprocParams(min_pixels=3136, max_pixels=200_704, max_image_pixels=30_000_000,
+                       max_image_bytes=64 << 20)
+
+
+def jpeg(array: np.ndarray, quality: int = 90) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(array).save(buf, "JPEG", quality=quality)
+    return buf.getvalue()
+
+
+def big_photo_jpeg(side: int) -> bytes:
+    """A photograph scaled up to side×side: slow to decode at full size, still a real photo."""
+    return jpeg(np.asarray(Image.fromarray(photos.astronaut()).resize((side, side))), 95)
+
+
+def my_segments() -> list[str]:
+    return sorted(p.name for p in Path("/dev/shm").glob(f"edgeserve_{os.getpid()}_*"))
+
+
+@pytest.fixture
+async def pool() -> AsyncIterator[PreprocPool]:
+    p = PreprocPool(workers=2, params=PARAMS, max_pending=2)
+    await p.start()
+    yield p
+    await p.close()
+    assert my_segments() == []
+
+
+async def test_a_job_returns_exactly_what_mm_preproc_computes(pool: PreprocPool) -> None:
+    data = jpeg(photos.chelsea())
+    got = await pool.submit(ImageInput(SourceKind.SHM, data=data))
+    want = mm_preproc.preprocess(data, min_pixels=PARAMS.min_pixels, max_pixels=PARAMS.max_pixels,
+                                 output=mm_preproc.OutputFormat.IMAGE)
+    assert got.pixels.shape == want.image.shape == (want.target_height, want.target_width, 3)
+    assert np.array_equal(got.pixels, want.image)
+    r = got.result
+    assert (r.source_width, r.source_height) == (451, 300)
+    assert r.start_s <= r.decode_end_s <= r.resize_end_s <= r.normalize_end_s
+    assert my_segments() == []  # the output segment's name is gone once the frontend maps it
+
+
+async def test_base64_and_file_sources_give_the_same_pixels_and_hash(
+    pool: PreprocPool, tmp_path: Path
+) -> None:
+    data = jpeg(photos.coffee())
+    path = tmp_path / "coffee.jpg"
+    path.write_bytes(data)
+    a = await pool.submit(ImageInput(SourceKind.SHM, data=data))
+    b = await pool.submit(ImageInput(SourceKind.SHM_BASE64, data=base64.b64encode(data)))
+    c = await pool.submit(ImageInput(SourceKind.FILE, path=str(path)))
+    assert np.array_equal(a.pixels, b.pixels) and np.array_equal(a.pixels, c.pixels)
+    assert a.result.content_hash == b.result.content_hash == c.result.content_hash
+    other = await pool.submit(ImageInput(SourceKind.SHM, data=jpeg(photos.chelsea())))
+    assert other.result.content_hash != a.result.content_hash
+
+
+@pytest.mark.parametrize(
+    ("payload", "source", "message"),
+    [
+        (b"this is not an image", SourceKind.SHM, "cannot"),
+        (jpeg(photos.chelsea())[:2000], SourceKind.SHM, ""),  # truncated
+        (b"%PDF-1.4 hello", SourceKind.SHM, "PDF images are not supported"),
+        (b"", SourceKind.SHM, "empty"),
+        (b"!!!not base64!!!", SourceKind.SHM_BASE64, "not valid base64"),
+        (jpeg(np.zeros((6000, 6000, 3), np.uint8)), SourceKind.SHM, "more than the limit"),
+    ],
+    ids=["garbage", "truncated", "pdf", "empty", "bad-base64", "decompression-bomb"],
+)
+async def test_bad_images_fail_as_bad_image_and_the_pool_keeps_serving(
+    pool: PreprocPool, payload: bytes, source: SourceKind, message: str
+) -> None:
+    with pytest.raises(PreprocFailed) as e:
+        await pool.submit(ImageInput(source, data=payload))
+    assert e.value.kind is ErrorKind.BAD_IMAGE
+    assert message.lower() in str(e.value).lower()
+    ok = await pool.submit(ImageInput(SourceKind.SHM, data=jpeg(photos.chelsea())))
+    assert ok.pixels.ndim == 3
+    assert pool.deaths == 0
+
+
+async def test_a_killed_worker_fails_its_job_and_is_replaced(pool: PreprocPool) -> None:
+    slow = big_photo_jpeg(7000)
+    job = asyncio.ensure_future(pool.submit(ImageInput(SourceKind.SHM, data=slow)))
+    while not any(s.job is not None for s in pool.slots):
+        await asyncio.sleep(0.001)
+    victim = next(s for s in pool.slots if s.job is not None)
+    os.kill(victim.pid or 0, signal.SIGKILL)
+    with pytest.raises(PreprocFailed) as e:
+        await job
+    assert e.value.kind is ErrorKind.WORKER_DIED
+    assert "SIGKILL" in str(e.value)
+    assert my_segments() == []
+    while not victim.ready:  # the replacement starts in about a second
+        await asyncio.sleep(0.05)
+    assert victim.restarts == 1
+    results = await asyncio.gather(*(pool.submit(ImageInput(SourceKind.SHM, data=jpeg(photos.coffee())))
+                                     for _ in range(4)))
+    assert {r.worker for r in results} == {0, 1}
+
+
+async def test_a_full_queue_refuses_new_jobs() -> None:
+    pool = PreprocPool(workers=1, params=PARAMS, max_pending=1)
+    await pool.start()
+    try:
+        slow = big_photo_jpeg(4000)
+        running = asyncio.ensure_future(pool.submit(ImageInput(SourceKind.SHM, data=slow)))
+        await asyncio.sleep(0)
+        queued = asyncio.ensure_future(pool.submit(ImageInput(SourceKind.SHM, data=slow)))
+        await asyncio.sleep(0)
+        assert (pool.running, pool.queued) == (1, 1)
+        with pytest.raises(PoolFull):
+            await pool.submit(ImageInput(SourceKind.SHM, data=slow))
+        await asyncio.gather(running, queued)
+    finally:
+        await pool.close()
+    assert my_segments() == []
+
+
+async def test_cancelled_jobs_release_their_segments(pool: PreprocPool) -> None:
+    slow = big_photo_jpeg(4000)
+    tasks = [asyncio.ensure_future(pool.submit(ImageInput(SourceKind.SHM, data=slow)))
+             for _ in range(4)]  # two run, two wait
+    await asyncio.sleep(0.01)
+    assert my_segments() != []
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    while pool.running:  # the workers finish; their late results are dropped and released
+        await asyncio.sleep(0.01)
+    assert my_segments() == []

@@ -1,0 +1,75 @@
+"""ServeConfig: one validated object from defaults, a config file and flags (flags win)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from edgeserve.cli.main import build_parser
+from edgeserve.cli.serve import config_from_args
+from edgeserve.config import ConfigError, PreprocMode, ServeConfig
+
+
+def parse(*argv: str) -> ServeConfig:
+    args = build_parser().parse_args(["serve", *argv])
+    return config_from_args(args)
+
+
+def test_pixel_limits_default_to_the_models_preprocessor_config(tiny_model_dir: Path) -> None:
+    pre = json.loads((tiny_model_dir / "preprocessor_config.json").read_text())
+    cfg = ServeConfig(model=str(tiny_model_dir))
+    assert (cfg.min_pixels, cfg.max_pixels) == (pre["min_pixels"], pre["max_pixels"])
+
+
+def test_flags_map_onto_the_config(tiny_model_dir: Path) -> None:
+    cfg = parse("--model", str(tiny_model_dir), "--workers", "3", "--mode", "inline",
+                "--max-pending", "5", "--max-model-len", "2048", "--gpu-memory-utilization", "0.2",
+                "--port", "9001", "--allow-http-media")
+    assert cfg.workers == 3 and cfg.mode is PreprocMode.INLINE and cfg.max_pending == 5
+    assert cfg.engine.max_model_len == 2048 and cfg.engine.gpu_memory_utilization == 0.2
+    assert cfg.port == 9001 and cfg.allow_http_media is True
+
+
+def test_flags_override_the_file_and_the_file_overrides_defaults(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    f = tmp_path / "serve.yaml"
+    f.write_text(f"model: {tiny_model_dir}\nworkers: 2\nmax_pending: 7\n"
+                 "engine:\n  max_num_seqs: 3\n  max_model_len: 1024\n")
+    cfg = parse("--config", str(f), "--workers", "1")
+    assert (cfg.workers, cfg.max_pending) == (1, 7)
+    assert (cfg.engine.max_num_seqs, cfg.engine.max_model_len) == (3, 1024)
+
+
+def test_unknown_file_fields_are_named(tmp_path: Path) -> None:
+    f = tmp_path / "serve.json"
+    f.write_text(json.dumps({"wokers": 2}))
+    with pytest.raises(ConfigError, match=r"unknown field.*wokers"):
+        parse("--config", str(f))
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"workers": 0}, "workers must be >= 1"),
+        ({"mode": "threads"}, "mode must be 'split' or 'inline'"),
+        ({"min_pixels": 10_000, "max_pixels": 5_000}, "min_pixels <= max_pixels"),
+        ({"allowed_media_dir": "/no/such/dir"}, "is not a directory"),
+        ({"model": "/no/such/model"}, "edgeserve models build-tiny"),
+        ({"engine": {"gpu_memory_utilization": 1.5}}, "gpu_memory_utilization"),
+    ],
+)
+def test_bad_values_fail_at_construction_with_the_field_named(
+    tiny_model_dir: Path, changes: dict[str, object], message: str
+) -> None:
+    values: dict[str, object] = {"model": str(tiny_model_dir), **changes}
+    with pytest.raises(ConfigError, match=message):
+        ServeConfig(**values)  # type: ignore[arg-type]
+
+
+def test_cli_reports_config_errors_without_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    args = build_parser().parse_args(["serve", "--model", "/no/such/model"])
+    assert args.func(args) == 2
+    assert "does not exist" in capsys.readouterr().err
