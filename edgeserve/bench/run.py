@@ -8,6 +8,7 @@ the timed part.
 from __future__ import annotations
 
 import asyncio
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +66,7 @@ async def run_benchmark(
     requests, offsets = prepared if prepared is not None else await asyncio.to_thread(
         prepare, config, model
     )
+    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     before = await scrape(config.base_url)
     run = await run_load(
         config.base_url,
@@ -89,6 +91,9 @@ async def run_benchmark(
         workload=config.workload.label,
     )
     result |= summarize(run.results, run.duration_s, config.percentiles, dict(config.goodput_slo_ms))
+    # a shared machine's other work shows here (1-minute load average, runnable processes)
+    result["loadavg_1m_before"] = load_before
+    result["loadavg_1m_after"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     result["server"] = server_figures(before, after, run.duration_s) if before and after else None
     # completed requests' client times, always kept for CDF plots (seconds; not vLLM keys)
     result["cdf_ttft_s"] = [r.ttft_s for r in run.results if r.ok]

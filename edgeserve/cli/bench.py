@@ -113,6 +113,8 @@ def add_parser(subparsers: Any, help_: str) -> None:
                          help="comma-separated server kinds, in order")
     compare.add_argument("--workloads", default="12mp,small",
                          help="comma-separated image size mixes, one sweep each")
+    compare.add_argument("--workload-rates", action="append", default=[], metavar="NAME=RATES",
+                         help="rates for one workload, e.g. 12mp=0.5,1,2 (default: --rates)")
     compare.add_argument("--server-cores", default="0,1", help="taskset CPU list for servers")
     compare.add_argument("--client-cores", default="",
                          help="taskset CPU list for this load generator (default: not pinned)")
@@ -128,10 +130,12 @@ def add_parser(subparsers: Any, help_: str) -> None:
     compare.add_argument("--out", type=Path, default=Path("results/compare"))
     compare.set_defaults(func=compare_cmd)
 
+    # every argument goes to the script (its own --help included): "+" as the only prefix
+    # character makes "--out x" plain positionals for this parser
     pre = sub.add_parser("preproc", help="preprocessing micro-benchmark (benchmarks/preproc.py)",
                          description="Runs benchmarks/preproc.py with the remaining arguments.",
-                         add_help=False)
-    pre.add_argument("rest", nargs=argparse.REMAINDER)
+                         add_help=False, prefix_chars="+")
+    pre.add_argument("rest", nargs="*")
     pre.set_defaults(func=preproc_cmd)
 
 
@@ -187,7 +191,10 @@ def _report_opts(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _sweep_config(args: argparse.Namespace, base_url: str, sizes: str | None = None) -> Any:
+def _sweep_config(
+    args: argparse.Namespace, base_url: str, sizes: str | None = None,
+    rates: tuple[float, ...] | None = None,
+) -> Any:
     from edgeserve.bench.run import RunConfig
     from edgeserve.bench.sweep import SweepConfig
 
@@ -195,7 +202,7 @@ def _sweep_config(args: argparse.Namespace, base_url: str, sizes: str | None = N
                      if hasattr(args, "label") else "", **_report_opts(args))
     return SweepConfig(
         base=base,
-        rates_rps=args.rates,
+        rates_rps=rates or args.rates,
         requests_per_rate=args.num_prompts,
         burstiness=args.burstiness,
         ttft_p99_bound_ms=args.ttft_p99_bound,
@@ -295,7 +302,15 @@ def compare_cmd(args: argparse.Namespace) -> int:
         extra[kind.strip()] = value
     try:
         workloads = tuple(w.strip() for w in args.workloads.split(",") if w.strip())
-        sweeps = {w: _sweep_config(args, f"http://127.0.0.1:{args.port}", w) for w in workloads}
+        rates: dict[str, tuple[float, ...]] = {}
+        for item in args.workload_rates:
+            name, sep, value = item.partition("=")
+            if not sep or name.strip() not in workloads:
+                return _fail(f"bad --workload-rates {item!r}: use NAME=R1,R2,… for a workload "
+                             f"in --workloads")
+            rates[name.strip()] = _rates(value)
+        sweeps = {w: _sweep_config(args, f"http://127.0.0.1:{args.port}", w, rates.get(w))
+                  for w in workloads}
         config = CompareConfig(
             model_path=args.model_path,
             servers=kinds,
@@ -308,20 +323,16 @@ def compare_cmd(args: argparse.Namespace) -> int:
             extra_server_args=tuple(extra.items()),
             out_dir=args.out,
         )
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, argparse.ArgumentTypeError) as e:
         return _fail(str(e))
     return run_compare(config)
 
 
 def preproc_cmd(args: argparse.Namespace) -> int:
-    import runpy
+    """Run ``benchmarks/preproc.py`` as its own process (it pins itself and re-executes)."""
+    import subprocess
 
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "preproc.py"
     if not script.exists():
         return _fail(f"the preprocessing benchmark is not there ({script})")
-    sys.argv = [str(script), *args.rest]
-    try:
-        runpy.run_path(str(script), run_name="__main__")
-    except SystemExit as e:
-        return int(e.code or 0) if not isinstance(e.code, str) else _fail(e.code)
-    return 0
+    return subprocess.call([sys.executable, str(script), *args.rest])

@@ -25,3 +25,11 @@ def test_user_errors_are_clear_messages(
     assert main(["bench", *argv, "--no-progress"] if argv[0] != "compare" else ["bench", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_bench_preproc_hands_every_argument_to_the_preprocessing_benchmark(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["bench", "preproc", "--help"]) == 0
+    out = capfd.readouterr().out
+    assert "usage: preproc.py" in out and "--rounds" in out
