@@ -7,10 +7,11 @@
 
 To size an output buffer before decoding (e.g. a shared-memory segment)::
 
-    header = mm_preproc.probe(jpeg_bytes)                 # header only, ~0.1 ms
-    h, w = mm_preproc.target_size(header.height, header.width, max_pixels=...)
-    spec = mm_preproc.output_spec(h, w)                   # shape, dtype, nbytes, grid_thw
+    p = mm_preproc.plan(jpeg_bytes, max_pixels=...)       # header only, well under 1 ms
+    p.spec.shape, p.spec.dtype, p.spec.nbytes, p.spec.grid_thw
     r = mm_preproc.preprocess(jpeg_bytes, max_pixels=..., out=buffer_view)
+
+(``plan`` is ``probe`` + ``target_size`` + ``output_spec``, which are public too.)
 
 No part of this package imports server code; it needs numpy, Pillow (or pillow-simd) and OpenCV.
 """
@@ -28,6 +29,7 @@ from mm_preproc.errors import (
 )
 from mm_preproc.layout import OutputFormat, OutputSpec, grid_thw, output_spec
 from mm_preproc.pipeline import Backend, PreprocOptions, PreprocResult, preprocess
+from mm_preproc.plan import Plan, plan
 from mm_preproc.resize import pillow_is_simd
 from mm_preproc.smart_resize import ResizeRule, smart_resize, target_size
 from mm_preproc.timing import StageTimings
@@ -43,6 +45,7 @@ __all__ = [
     "InvalidArgumentError",
     "OutputFormat",
     "OutputSpec",
+    "Plan",
     "PreprocError",
     "PreprocOptions",
     "PreprocResult",
@@ -53,6 +56,7 @@ __all__ = [
     "grid_thw",
     "output_spec",
     "pillow_is_simd",
+    "plan",
     "preprocess",
     "probe",
     "smart_resize",

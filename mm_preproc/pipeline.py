@@ -11,8 +11,9 @@ orients after resizing; that moves pixels by a fraction of a grey level on avera
 
 Backends: ``pillow`` decodes and resizes with Pillow (pillow-simd when installed); ``opencv``
 decodes and resizes with OpenCV (its resize filters differ from the model's, so it is only
-within the fast-path bound); ``auto`` decodes with OpenCV wherever OpenCV's pixels are identical
-to Pillow's (it is faster here), with Pillow elsewhere, and always resizes with Pillow.
+within the fast-path bound); ``auto`` decodes PNG and WebP with OpenCV (identical pixels, faster
+zlib, and WebP support that pillow-simd builds often lack), everything else with Pillow, and
+always resizes with Pillow.
 """
 
 from __future__ import annotations
@@ -195,6 +196,10 @@ def preprocess(
     )
 
 
+# Formats that `auto` decodes with OpenCV (when the mode allows; see opencv_decode.can_decode).
+_OPENCV_FIRST = frozenset({"PNG", "WEBP"})
+
+
 @dataclass(slots=True)
 class _Frame:
     """One image on its way through the stages."""
@@ -237,9 +242,15 @@ class _Frame:
         return cls(header, target, data, pil)
 
     def _use_opencv(self, backend: Backend) -> bool:
+        """OpenCV decodes where its pixels equal Pillow's and it pays: PNG (faster zlib) and
+        WebP under ``auto``; everything it can under ``opencv``; and whatever this Pillow build
+        cannot open. JPEG stays with Pillow under ``auto``: same libjpeg-turbo speed, and the
+        Pillow resize then needs no array → image copy."""
         if self.data is None or not opencv_decode.can_decode(self.header):
             return False
-        return backend is not Backend.PILLOW or self.pil is None
+        if self.pil is None or backend is Backend.OPENCV:
+            return True
+        return backend is Backend.AUTO and self.header.format in _OPENCV_FIRST
 
     def decode_and_resize(
         self, options: PreprocOptions, timings: StageTimings, watch: Stopwatch

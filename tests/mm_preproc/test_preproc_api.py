@@ -59,10 +59,21 @@ def test_output_spec_predicts_shape_dtype_bytes_and_grid(fmt: OutputFormat) -> N
     assert spec.num_tokens * 4 == spec.num_patches == h * w // (14 * 14)
 
 
+def test_plan_gives_the_output_of_preprocess_from_the_header_alone() -> None:
+    data = with_orientation(Image.fromarray(synthetic_rgb(2000, 1000)), 8)
+    for output in OutputFormat:
+        p = mm_preproc.plan(data[:2048], max_pixels=MAX_PIXELS, output=output)
+        r = mm_preproc.preprocess(data, max_pixels=MAX_PIXELS, output=output)
+        assert (p.header.width, p.header.height) == (1000, 2000)
+        assert (p.target_height, p.target_width) == (r.target_height, r.target_width)
+        assert (p.spec.shape, p.spec.dtype) == (r.pixel_values.shape, r.pixel_values.dtype)
+    with pytest.raises(mm_preproc.AspectRatioError):
+        mm_preproc.plan(encode(Image.fromarray(synthetic_rgb(1000, 4)), "PNG"))
+
+
 def test_out_writes_into_shared_memory_without_a_copy() -> None:
     data = encode(Image.fromarray(synthetic_rgb(1200, 900)), "JPEG", quality=90)
-    header = mm_preproc.probe(data)
-    spec = mm_preproc.output_spec(*mm_preproc.target_size(header.height, header.width))
+    spec = mm_preproc.plan(data).spec
     shm = shared_memory.SharedMemory(create=True, size=spec.nbytes)
     try:
         view = np.ndarray(spec.shape, dtype=spec.dtype, buffer=shm.buf)
@@ -111,13 +122,16 @@ def test_timings_and_sizes_describe_a_12mp_photo(photo_12mp: bytes) -> None:
 
 def test_backends_report_which_library_decoded_and_resized() -> None:
     jpeg = encode(Image.fromarray(synthetic_rgb(900, 600)), "JPEG", quality=90)
+    png = encode(Image.fromarray(synthetic_rgb(900, 600)), "PNG")
     gif = encode(Image.fromarray(synthetic_rgb(90, 60)).quantize(32), "GIF")
     auto = mm_preproc.preprocess(jpeg)
-    assert (auto.decoder, auto.resizer) == (Backend.OPENCV, Backend.PILLOW)
-    pil = mm_preproc.preprocess(jpeg, backend="pillow")
-    assert (pil.decoder, pil.resizer) == (Backend.PILLOW, Backend.PILLOW)
-    # Decoders give identical pixels, so auto and pillow agree exactly.
-    np.testing.assert_array_equal(auto.pixel_values, pil.pixel_values)
+    assert (auto.decoder, auto.resizer) == (Backend.PILLOW, Backend.PILLOW)
+    auto_png = mm_preproc.preprocess(png)
+    assert (auto_png.decoder, auto_png.resizer) == (Backend.OPENCV, Backend.PILLOW)
+    pil_png = mm_preproc.preprocess(png, backend="pillow")
+    assert (pil_png.decoder, pil_png.resizer) == (Backend.PILLOW, Backend.PILLOW)
+    # The decoders give identical pixels, so auto and pillow agree exactly.
+    np.testing.assert_array_equal(auto_png.pixel_values, pil_png.pixel_values)
     cv = mm_preproc.preprocess(jpeg, backend=Backend.OPENCV)
     assert (cv.decoder, cv.resizer) == (Backend.OPENCV, Backend.OPENCV)
     # Palette images need Pillow's conversion whatever the backend.

@@ -34,7 +34,7 @@ FAST_MEAN_ABS = 0.01
 
 def check_against_hf_pil(label: str, data: bytes, **limits: int) -> None:
     ref_values, ref_grid = reference.hf_pil(data, **limits)
-    faithful = mm_preproc.preprocess(data, fast_decode=False, backend="pillow", **limits)
+    faithful = mm_preproc.preprocess(data, fast_decode=False, **limits)
     fast = mm_preproc.preprocess(data, fast_decode=True, **limits)
     assert faithful.image_grid_thw.tolist() == ref_grid.tolist()
     assert fast.image_grid_thw.tolist() == ref_grid.tolist()
