@@ -207,11 +207,7 @@ class TuiApp(App[int]):
         self.active = panel
         for p, w in self.panels().items():
             w.set_class(p is panel, "-active")
-        w = self.panels()[panel]
-        if isinstance(w, WaterfallPanel):
-            w.focus_table()
-        else:
-            w.focus()
+        self.panels()[panel].focus()
         self.call_after_refresh(self._redraw)
 
     # ---- actions -------------------------------------------------------------------------

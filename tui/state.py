@@ -192,6 +192,8 @@ class PipelineState:
         self.pipeline_device: str | None = None  # whose records feed the timeline
         self.devices_seen: list[str] = []
         self._last_errors: deque[str] = deque(maxlen=5)
+        self._pending_ttft: dict[int, list[float]] = {}  # per history step, until fold ends
+        self._pending_itl: dict[int, list[float]] = {}
         self._resources: ResourceSample | None = None
         self._metrics: deque[EngineMetrics] = deque()
         self._devices: dict[str, DeviceSample] = {}
@@ -207,6 +209,20 @@ class PipelineState:
     # ---- folding -------------------------------------------------------------------------
     def fold(self, items: Iterable[Item]) -> None:
         """Take in new items; ``now_s`` follows the newest event time seen."""
+        try:
+            self._fold(items)
+        finally:
+            self._flush_latencies()
+
+    def _flush_latencies(self) -> None:
+        """Latencies are binned per second in one numpy call each (not one per request)."""
+        step = self.config.history_step_s
+        for pending, hist in ((self._pending_ttft, self._ttft), (self._pending_itl, self._itl)):
+            for k, values in pending.items():
+                hist.add((k + 0.5) * step, values)
+            pending.clear()
+
+    def _fold(self, items: Iterable[Item]) -> None:
         for item in items:
             self.items_total += 1
             if isinstance(item, RequestRecord):
@@ -245,12 +261,12 @@ class PipelineState:
             step.errors[r.outcome.value] = step.errors.get(r.outcome.value, 0) + 1
             self._last_errors.append(f"{r.id}: {r.outcome.value}" + (f" ({r.error})" if r.error else ""))
         if r.ttft_s is not None:
-            self._ttft.add(t, (r.ttft_s,))
+            self._pending_ttft.setdefault(k, []).append(r.ttft_s)
         itl = r.itl_s()
+        if not itl and r.tpot_s is not None:
+            itl = [r.tpot_s] * (r.output_tokens - 1)
         if itl:
-            self._itl.add(t, itl)
-        elif r.tpot_s is not None:
-            self._itl.add(t, [r.tpot_s] * (r.output_tokens - 1))
+            self._pending_itl.setdefault(k, []).extend(itl)
         if self.pipeline_device is None and r.device is not None:
             self.pipeline_device = r.device
         if r.device is not None and r.device not in self.devices_seen:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from textual.pilot import Pilot
-from textual.widgets import DataTable, OptionList
+from textual.widgets import OptionList
 
 from edgeserve.records import Outcome
 from tests.tui.conftest import FakeWall
@@ -19,6 +19,7 @@ from tui.sources.simulation import SimulationSource
 from tui.widgets.help import HelpScreen
 from tui.widgets.policy_picker import PolicyPicker
 from tui.widgets.request_detail import RequestDetail
+from tui.widgets.waterfall import WaterfallPanel
 
 COMPACT = (80, 24)
 FULL = (160, 48)
@@ -115,17 +116,17 @@ async def test_filter_keeps_matching_requests_and_enter_opens_one(trace_path, wa
         assert failed
         await pilot.press("slash", *"failed", "enter")
         await pilot.pause()
-        table = app.query_one(DataTable)
+        waterfall = app.query_one(WaterfallPanel)
         assert app.filter == "failed" and "filter: failed" in str(
             app.query_one("#status").render())
-        assert table.row_count == len(failed)
+        assert waterfall.rows == failed[::-1]
         await pilot.press("enter")
         assert isinstance(app.screen, RequestDetail)
         assert app.screen.record == failed[-1]  # newest first
         await pilot.press("escape")
         await pilot.press("slash", "escape")
         await pilot.pause()
-        assert app.filter == "" and table.row_count > len(failed)
+        assert app.filter == "" and len(waterfall.rows) > len(failed)
 
 
 async def test_q_quits(trace_path, wall, host):
@@ -182,7 +183,7 @@ async def test_live_edgeserve_stream_fills_the_panels_and_p_holds_the_view(edges
         await pilot.press("p")
         assert app.frozen and "PAUSED" in str(app.query_one("#status").render())
         await pilot.press("5")
-        assert app.query_one(DataTable).row_count == 2
+        assert [r.id for r in app.query_one(WaterfallPanel).rows] == ["b", "a"]
 
 
 async def test_stock_vllm_server_panels_say_why_they_are_empty(vllm_like, host):
@@ -193,5 +194,5 @@ async def test_stock_vllm_server_panels_say_why_they_are_empty(vllm_like, host):
         await pilot.press("5")
         waterfall = app.panels()[Panel.WATERFALL]
         assert waterfall.has_class("-empty")
-        note = str(app.query_one("#waterfall-note").render())
+        note = str(waterfall.render())
         assert "stock vLLM server publishes no per-request records" in note

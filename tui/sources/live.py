@@ -203,10 +203,15 @@ class LiveSource:
             try:
                 async with resp:
                     self._state = "connected"
-                    async for raw in resp.content:
-                        if raw.startswith(b"data:"):
-                            self._lines.append(raw[5:])
-                            self._received += 1
+                    rest = b""
+                    # whole chunks, split here: one wake-up per network read, not per line
+                    async for chunk in resp.content.iter_any():
+                        lines = (rest + chunk).split(b"\n")
+                        rest = lines.pop()
+                        for raw in lines:
+                            if raw.startswith(b"data:"):
+                                self._lines.append(raw[5:])
+                                self._received += 1
                 self._state = "stream ended; reconnecting"
             except (TimeoutError, aiohttp.ClientError, OSError) as e:
                 self._state = f"disconnected ({e or type(e).__name__}); reconnecting"
