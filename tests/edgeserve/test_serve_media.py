@@ -3,11 +3,14 @@ only when enabled — each refusal a clear 400 message."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from edgeserve.preproc_pool.messages import SourceKind
 from edgeserve.server.media import MediaPolicy, load_image
@@ -65,3 +68,45 @@ async def test_oversized_files_are_refused_before_reading(tmp_path: Path) -> Non
     (tmp_path / "big.jpg").write_bytes(b"0" * 1001)
     with pytest.raises(BadRequest, match="more than the limit"):
         await load_image(f"file://{tmp_path}/big.jpg", policy(tmp_path))
+
+
+@pytest.fixture
+async def http_images() -> AsyncIterator[str]:
+    """A local HTTP server: /small (100 bytes), /big (2000 bytes), /slow (never answers in time)."""
+    async def small(_: web.Request) -> web.Response:
+        return web.Response(body=b"s" * 100)
+
+    async def big(_: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()  # no Content-Length: the limit must hold while streaming
+        await resp.prepare(_)
+        for _i in range(20):
+            await resp.write(b"b" * 100)
+        return resp
+
+    async def slow(_: web.Request) -> web.Response:
+        await asyncio.sleep(5)
+        return web.Response(body=b"late")
+
+    app = web.Application()
+    app.router.add_get("/small", small)
+    app.router.add_get("/big", big)
+    app.router.add_get("/slow", slow)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    yield f"http://127.0.0.1:{port}"
+    await runner.cleanup()
+
+
+async def test_http_images_are_fetched_within_size_and_time_limits(http_images: str) -> None:
+    allowed = policy(allow_http=True)
+    img = await load_image(f"{http_images}/small", allowed)
+    assert img.source is SourceKind.SHM and img.data == b"s" * 100
+    with pytest.raises(BadRequest, match="more than 1000 bytes"):
+        await load_image(f"{http_images}/big", allowed)
+    with pytest.raises(BadRequest, match=r"longer than 1\.0 s"):
+        await load_image(f"{http_images}/slow", allowed)
+    with pytest.raises(BadRequest, match="HTTP 404"):
+        await load_image(f"{http_images}/missing", allowed)
