@@ -150,6 +150,9 @@ class ServeConfig:
             )
         if self.allowed_media_dir is not None and not Path(self.allowed_media_dir).is_dir():
             raise ConfigError(f"allowed_media_dir {self.allowed_media_dir!r} is not a directory")
+        if self.preproc_backend not in ("auto", "pillow", "opencv"):
+            raise ConfigError(
+                f"preproc_backend must be auto, pillow or opencv, got {self.preproc_backend!r}")
         if self.sample_interval_s <= 0 or self.http_timeout_s <= 0 or self.drain_timeout_s < 0:
             raise ConfigError("sample_interval_s and http_timeout_s must be > 0, drain_timeout_s >= 0")
 

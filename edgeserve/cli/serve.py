@@ -7,9 +7,18 @@ default and a flag given on the command line wins over both.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
+from typing import Any
 
-from edgeserve.config import DEFAULT_MODEL_DIR, ConfigError, ServeConfig, default_workers
+from edgeserve.config import (
+    DEFAULT_MODEL_DIR,
+    ConfigError,
+    EngineOptions,
+    ServeConfig,
+    default_workers,
+)
 
 # flag dest → ServeConfig field (engine options as "engine.<field>")
 _FIELDS = {
@@ -20,12 +29,24 @@ _FIELDS = {
     "http_timeout": "http_timeout_s", "max_image_bytes": "max_image_bytes",
     "max_image_pixels": "max_image_pixels", "max_images_per_request": "max_images_per_request",
     "min_pixels": "min_pixels", "max_pixels": "max_pixels", "fast_decode": "fast_decode",
+    "preproc_backend": "preproc_backend",
     "trace": "trace", "sample_interval": "sample_interval_s", "drain_timeout": "drain_timeout_s",
     "max_model_len": "engine.max_model_len", "max_num_seqs": "engine.max_num_seqs",
     "gpu_memory_utilization": "engine.gpu_memory_utilization", "dtype": "engine.dtype",
     "enforce_eager": "engine.enforce_eager", "seed": "engine.seed",
     "enable_prefix_caching": "engine.enable_prefix_caching",
 }
+
+
+def _d(name: str) -> object:
+    """A ServeConfig default, so that --help cannot drift from the code."""
+    f = next(f for f in dataclasses.fields(ServeConfig) if f.name == name)
+    return f.default if f.default is not dataclasses.MISSING else "?"
+
+
+def _e(name: str) -> object:
+    f = next(f for f in dataclasses.fields(EngineOptions) if f.name == name)
+    return f.default
 
 
 def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
@@ -44,8 +65,8 @@ def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
     g.add_argument("--model", metavar="DIR", help=f"model directory (default: {DEFAULT_MODEL_DIR})")
     g.add_argument("--served-model-name", metavar="NAME",
                    help="name clients use in 'model' (default: the model path)")
-    g.add_argument("--host", help="listen address (default: 127.0.0.1)")
-    g.add_argument("--port", type=int, help="listen port (default: 8000)")
+    g.add_argument("--host", help=f"listen address (default: {_d('host')})")
+    g.add_argument("--port", type=int, help=f"listen port (default: {_d('port')})")
     g = p.add_argument_group("preprocessing")
     g.add_argument("--mode", choices=["split", "inline"],
                    help="split: worker processes; inline: on the frontend's event loop "
@@ -58,47 +79,56 @@ def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
     g.add_argument("--max-pixels", type=int,
                    help="largest resized image area; one image token per 28x28 pixels "
                    "(default: the model's preprocessor config)")
+    g.add_argument("--preproc-backend", choices=["auto", "pillow", "opencv"],
+                   help=f"mm_preproc decode/resize backend (default: {_d('preproc_backend')})")
     g.add_argument("--no-fast-decode", dest="fast_decode", action="store_const", const=False,
                    help="decode JPEGs at full size instead of at 1/2..1/8 scale when the target "
                    "is small enough")
     g = p.add_argument_group("admission and limits")
     g.add_argument("--max-pending", type=int, metavar="N",
-                   help="requests waiting for a preprocessing worker before 429 (default: 64)")
+                   help="requests waiting for a preprocessing worker before 429 "
+                   f"(default: {_d('max_pending')})")
     g.add_argument("--max-inflight", type=int, metavar="N",
-                   help="admitted requests in total before 429 (default: 256)")
+                   help=f"admitted requests in total before 429 (default: {_d('max_inflight')})")
     g.add_argument("--retry-after", type=int, metavar="S",
-                   help="Retry-After seconds sent with 429/503 (default: 1)")
+                   help=f"Retry-After seconds sent with 429/503 (default: {_d('retry_after_s')})")
     g.add_argument("--max-image-bytes", type=int, metavar="N",
-                   help="largest encoded image (default: 20 MiB)")
+                   help=f"largest encoded image in bytes (default: {_d('max_image_bytes')})")
     g.add_argument("--max-image-pixels", type=int, metavar="N",
                    help="largest source image in pixels, refused before decoding "
-                   "(default: 64000000)")
-    g.add_argument("--max-images-per-request", type=int, metavar="N", help="default: 4")
+                   f"(default: {_d('max_image_pixels')})")
+    g.add_argument("--max-images-per-request", type=int, metavar="N",
+                   help=f"default: {_d('max_images_per_request')}")
     g = p.add_argument_group("media sources")
     g.add_argument("--allowed-media-dir", metavar="DIR",
                    help="allow file:// image URLs inside DIR (default: none allowed)")
     g.add_argument("--allow-http-media", action="store_const", const=True,
                    help="allow http(s) image URLs, fetched with --http-timeout and "
                    "--max-image-bytes limits (default: off)")
-    g.add_argument("--http-timeout", type=float, metavar="S", help="default: 10")
+    g.add_argument("--http-timeout", type=float, metavar="S",
+                   help=f"default: {_d('http_timeout_s')}")
     g = p.add_argument_group("observability and lifecycle")
     g.add_argument("--trace", metavar="FILE",
                    help="write request records and resource samples as JSON Lines")
     g.add_argument("--sample-interval", type=float, metavar="S",
-                   help="resource sample period (default: 1.0)")
+                   help=f"resource sample period (default: {_d('sample_interval_s')})")
     g.add_argument("--drain-timeout", type=float, metavar="S",
-                   help="on SIGTERM, wait this long for in-flight requests (default: 30)")
+                   help="on SIGTERM, wait this long for in-flight requests "
+                   f"(default: {_d('drain_timeout_s')})")
     g = p.add_argument_group("vLLM engine (passed through)")
-    g.add_argument("--max-model-len", type=int, help="default: 4096")
-    g.add_argument("--max-num-seqs", type=int, help="default: 16")
+    g.add_argument("--max-model-len", type=int, help=f"default: {_e('max_model_len')}")
+    g.add_argument("--max-num-seqs", type=int, help=f"default: {_e('max_num_seqs')}")
     g.add_argument("--gpu-memory-utilization", type=float,
                    help="KV-cache memory fraction; on vLLM's CPU build a fraction of host "
-                   "memory (default: 0.1)")
-    g.add_argument("--dtype", help="default: auto")
+                   f"memory (default: {_e('gpu_memory_utilization')})")
+    g.add_argument("--dtype", help=f"default: {_e('dtype')}")
     g.add_argument("--enforce-eager", action="store_const", const=True, help="default: off")
-    g.add_argument("--seed", type=int, help="engine seed (default: 0)")
+    g.add_argument("--seed", type=int, help=f"engine seed (default: {_e('seed')})")
     g.add_argument("--no-prefix-caching", dest="enable_prefix_caching", action="store_const",
                    const=False, help="disable vLLM's prefix cache")
+    g.add_argument("--engine-arg", dest="engine_args", action="append", metavar="KEY=VALUE",
+                   help="any other vLLM AsyncEngineArgs field, VALUE as JSON or a string "
+                   "(repeatable), e.g. --engine-arg enforce_eager=true")
     p.set_defaults(func=run)
 
 
@@ -106,7 +136,16 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
     from edgeserve.config import build_config, load_config_file
 
     file_values = load_config_file(args.config) if args.config else {}
-    overrides = {field: getattr(args, dest, None) for dest, field in _FIELDS.items()}
+    overrides: dict[str, Any] = {field: getattr(args, dest, None) for dest, field in _FIELDS.items()}
+    for item in args.engine_args or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--engine-arg expects KEY=VALUE, got {item!r}")
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        overrides[f"engine.{key.replace('-', '_')}"] = value
     return build_config(file_values, overrides)
 
 

@@ -43,6 +43,15 @@ def test_flags_override_the_file_and_the_file_overrides_defaults(
     assert (cfg.engine.max_num_seqs, cfg.engine.max_model_len) == (3, 1024)
 
 
+def test_other_engine_args_pass_through_as_json_values(tiny_model_dir: Path) -> None:
+    cfg = parse("--model", str(tiny_model_dir), "--engine-arg", "block_size=32",
+                "--engine-arg", "kv_cache_dtype=auto", "--engine-arg", "enable_chunked_prefill=false")
+    assert cfg.engine.extra == {"block_size": 32, "kv_cache_dtype": "auto",
+                                "enable_chunked_prefill": False}
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        parse("--model", str(tiny_model_dir), "--engine-arg", "block_size")
+
+
 def test_unknown_file_fields_are_named(tmp_path: Path) -> None:
     f = tmp_path / "serve.json"
     f.write_text(json.dumps({"wokers": 2}))
