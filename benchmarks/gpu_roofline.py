@@ -45,7 +45,10 @@ class LMShape:
 
     @property
     def params(self) -> int:
-        attn = self.hidden * (self.heads + 2 * self.kv_heads) * self.head_dim + self.heads * self.head_dim * self.hidden
+        attn = (
+            self.hidden * (self.heads + 2 * self.kv_heads) * self.head_dim
+            + self.heads * self.head_dim * self.hidden
+        )
         mlp = 3 * self.hidden * self.intermediate
         return self.layers * (attn + mlp) + 2 * self.vocab * self.hidden  # embed + lm_head
 
@@ -61,14 +64,16 @@ def measure(args: argparse.Namespace) -> int:
     q_out, kv_out = s.heads * s.head_dim, s.kv_heads * s.head_dim
     layers = []
     for _ in range(s.layers):
-        layers.append({
-            "qkv": torch.randn(q_out + 2 * kv_out, s.hidden, device=dev, dtype=dt) * 0.02,
-            "o": torch.randn(s.hidden, q_out, device=dev, dtype=dt) * 0.02,
-            "gate_up": torch.randn(2 * s.intermediate, s.hidden, device=dev, dtype=dt) * 0.02,
-            "down": torch.randn(s.hidden, s.intermediate, device=dev, dtype=dt) * 0.02,
-            "n1": torch.ones(s.hidden, device=dev, dtype=dt),
-            "n2": torch.ones(s.hidden, device=dev, dtype=dt),
-        })
+        layers.append(
+            {
+                "qkv": torch.randn(q_out + 2 * kv_out, s.hidden, device=dev, dtype=dt) * 0.02,
+                "o": torch.randn(s.hidden, q_out, device=dev, dtype=dt) * 0.02,
+                "gate_up": torch.randn(2 * s.intermediate, s.hidden, device=dev, dtype=dt) * 0.02,
+                "down": torch.randn(s.hidden, s.intermediate, device=dev, dtype=dt) * 0.02,
+                "n1": torch.ones(s.hidden, device=dev, dtype=dt),
+                "n2": torch.ones(s.hidden, device=dev, dtype=dt),
+            }
+        )
     lm_head = torch.randn(s.vocab, s.hidden, device=dev, dtype=dt) * 0.02
 
     def rms(x: Any, w: Any) -> Any:
@@ -82,15 +87,19 @@ def measure(args: argparse.Namespace) -> int:
             qkv = h @ w["qkv"].T
             q = qkv[..., :q_out].view(b, t, s.heads, s.head_dim).transpose(1, 2)
             if causal:
-                k = qkv[..., q_out:q_out + kv_out].view(b, t, s.kv_heads, s.head_dim).transpose(1, 2)
-                v = qkv[..., q_out + kv_out:].view(b, t, s.kv_heads, s.head_dim).transpose(1, 2)
+                k = (
+                    qkv[..., q_out : q_out + kv_out]
+                    .view(b, t, s.kv_heads, s.head_dim)
+                    .transpose(1, 2)
+                )
+                v = qkv[..., q_out + kv_out :].view(b, t, s.kv_heads, s.head_dim).transpose(1, 2)
                 a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
             else:
                 a = F.scaled_dot_product_attention(q, kc, vc, enable_gqa=True)
             x = x + a.transpose(1, 2).reshape(b, t, q_out) @ w["o"].T
             h = rms(x, w["n2"])
             gu = h @ w["gate_up"].T
-            x = x + (F.silu(gu[..., :s.intermediate]) * gu[..., s.intermediate:]) @ w["down"].T
+            x = x + (F.silu(gu[..., : s.intermediate]) * gu[..., s.intermediate :]) @ w["down"].T
         return x[:, -1] @ lm_head.T
 
     def time_graph(fn: Any, iters: int) -> float:
@@ -125,9 +134,13 @@ def measure(args: argparse.Namespace) -> int:
                 kv_bytes = 2 * s.layers * b * s.kv_heads * ctx * s.head_dim * 2
                 if kv_bytes > args.max_kv_gb * 1e9:
                     continue
-                kv = [(torch.randn(b, s.kv_heads, ctx, s.head_dim, device=dev, dtype=dt),
-                       torch.randn(b, s.kv_heads, ctx, s.head_dim, device=dev, dtype=dt))
-                      for _ in range(s.layers)]
+                kv = [
+                    (
+                        torch.randn(b, s.kv_heads, ctx, s.head_dim, device=dev, dtype=dt),
+                        torch.randn(b, s.kv_heads, ctx, s.head_dim, device=dev, dtype=dt),
+                    )
+                    for _ in range(s.layers)
+                ]
                 x = torch.randn(b, 1, s.hidden, device=dev, dtype=dt)
                 step = time_graph(lambda x=x, kv=kv: forward(x, kv, causal=False), args.iters)
                 results["decode"].append({"batch": b, "context": ctx, "step_s": step})
@@ -136,7 +149,9 @@ def measure(args: argparse.Namespace) -> int:
                 torch.cuda.empty_cache()
         for p in args.prefills:
             x = torch.randn(1, p, s.hidden, device=dev, dtype=dt)
-            step = time_graph(lambda x=x: forward(x, [(None, None)] * s.layers, causal=True), args.iters)
+            step = time_graph(
+                lambda x=x: forward(x, [(None, None)] * s.layers, causal=True), args.iters
+            )
             results["prefill"].append({"tokens": p, "time_s": step})
             print(f"prefill tokens {p:5d}  {step * 1e3:8.3f} ms", flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -177,25 +192,37 @@ def compare(args: argparse.Namespace) -> int:
     err, eta_bw, eta_c, ovh = best
 
     print(f"GPU measured: {data['gpu']}   profile: {args.profile}")
-    print(f"{'batch':>6} {'ctx':>6} {'measured ms':>12} {'profile ms':>11} {'ratio':>6} {'fitted ms':>10} {'ratio':>6}")
+    print(
+        f"{'batch':>6} {'ctx':>6} {'measured ms':>12} {'profile ms':>11} {'ratio':>6} {'fitted ms':>10} {'ratio':>6}"
+    )
     for (b, c, t), mb, fl in zip(rows, mem_bytes, flops, strict=True):
         prof = roof.step_s(b, b * c)
         fit = max(mb / (bw * eta_bw), fl / (peak * eta_c)) + ovh
-        print(f"{b:6d} {c:6d} {t * 1e3:12.3f} {prof * 1e3:11.3f} {prof / t:6.2f} {fit * 1e3:10.3f} {fit / t:6.2f}")
+        print(
+            f"{b:6d} {c:6d} {t * 1e3:12.3f} {prof * 1e3:11.3f} {prof / t:6.2f} {fit * 1e3:10.3f} {fit / t:6.2f}"
+        )
     for d in data["prefill"]:
         p, t = d["tokens"], d["time_s"]
         prof = roof.prefill_tokens_s(p)
-        print(f"prefill {p:5d} tokens: measured {t * 1e3:.2f} ms, profile {prof * 1e3:.2f} ms ({prof / t:.2f}×)")
-    print(f"\nbest fit: bandwidth_efficiency={eta_bw:.2f} compute_efficiency={eta_c:.2f} "
-          f"step_overhead_s={ovh:.5f}  (mean |log error| {err:.3f})")
-    print(f"profile : bandwidth_efficiency={profile.server.bandwidth_efficiency:.2f} "
-          f"compute_efficiency={profile.server.compute_efficiency:.2f} "
-          f"step_overhead_s={profile.server.step_overhead_s:.5f}")
+        print(
+            f"prefill {p:5d} tokens: measured {t * 1e3:.2f} ms, profile {prof * 1e3:.2f} ms ({prof / t:.2f}×)"
+        )
+    print(
+        f"\nbest fit: bandwidth_efficiency={eta_bw:.2f} compute_efficiency={eta_c:.2f} "
+        f"step_overhead_s={ovh:.5f}  (mean |log error| {err:.3f})"
+    )
+    print(
+        f"profile : bandwidth_efficiency={profile.server.bandwidth_efficiency:.2f} "
+        f"compute_efficiency={profile.server.compute_efficiency:.2f} "
+        f"step_overhead_s={profile.server.step_overhead_s:.5f}"
+    )
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("measure", help="measure step times on the local GPU (needs CUDA)")
     m.add_argument("--out", default="results/gpu_roofline.json")

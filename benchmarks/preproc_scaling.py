@@ -51,12 +51,17 @@ def make_images(n: int, width: int, height: int) -> list[bytes]:
         photos = [data.astronaut(), data.coffee(), data.chelsea(), data.rocket()]
     except ImportError:
         yy, xx = np.mgrid[0:512, 0:512]
-        base = np.stack([np.sin(xx / 23.0) * 127 + 128, np.cos(yy / 17.0) * 127 + 128,
-                         (xx + yy) % 256], axis=-1).astype(np.uint8)
+        base = np.stack(
+            [np.sin(xx / 23.0) * 127 + 128, np.cos(yy / 17.0) * 127 + 128, (xx + yy) % 256], axis=-1
+        ).astype(np.uint8)
         photos = [base]
     out = []
     for i in range(n):
-        im = Image.fromarray(photos[i % len(photos)]).convert("RGB").resize((width, height), Image.Resampling.LANCZOS)
+        im = (
+            Image.fromarray(photos[i % len(photos)])
+            .convert("RGB")
+            .resize((width, height), Image.Resampling.LANCZOS)
+        )
         buf = io.BytesIO()
         im.save(buf, "JPEG", quality=90)
         out.append(buf.getvalue())
@@ -76,7 +81,9 @@ def run_pool(kind: str, workers: int, images: list[bytes], rounds: int) -> float
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--images", type=int, default=32, help="images per round")
     ap.add_argument("--rounds", type=int, default=2)
@@ -86,8 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     w, h = (int(v) for v in args.size.split("x"))
     images = make_images(args.images, w, h)
     cores = len(os.sched_getaffinity(0))
-    print(f"{cores} cores available; {len(images)} images of {w}x{h} JPEG q90 "
-          f"({sum(map(len, images)) / len(images) / 1e6:.1f} MB each), target max_pixels={MAX_PIXELS}")
+    print(
+        f"{cores} cores available; {len(images)} images of {w}x{h} JPEG q90 "
+        f"({sum(map(len, images)) / len(images) / 1e6:.1f} MB each), target max_pixels={MAX_PIXELS}"
+    )
     rows = []
     for n in args.workers:
         proc = run_pool("process", n, images, args.rounds)
@@ -95,14 +104,20 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({"workers": n, "process_images_s": proc, "thread_images_s": thr})
         print(f"workers {n:3d}: processes {proc:8.1f} img/s   threads {thr:8.1f} img/s", flush=True)
     base = rows[0]["process_images_s"]
-    print(f"\n{'workers':>8} {'proc img/s':>11} {'speed-up':>9} {'efficiency':>11} {'thread img/s':>13} {'proc/thread':>12}")
+    print(
+        f"\n{'workers':>8} {'proc img/s':>11} {'speed-up':>9} {'efficiency':>11} {'thread img/s':>13} {'proc/thread':>12}"
+    )
     for r in rows:
         su = r["process_images_s"] / base
-        print(f"{r['workers']:8d} {r['process_images_s']:11.1f} {su:9.2f} {su / r['workers'] * rows[0]['workers']:11.2f} "
-              f"{r['thread_images_s']:13.1f} {r['process_images_s'] / r['thread_images_s']:12.2f}")
+        print(
+            f"{r['workers']:8d} {r['process_images_s']:11.1f} {su:9.2f} {su / r['workers'] * rows[0]['workers']:11.2f} "
+            f"{r['thread_images_s']:13.1f} {r['process_images_s'] / r['thread_images_s']:12.2f}"
+        )
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"cores": cores, "size": args.size, "rows": rows}, indent=2))
+        Path(args.out).write_text(
+            json.dumps({"cores": cores, "size": args.size, "rows": rows}, indent=2)
+        )
     return 0
 
 
