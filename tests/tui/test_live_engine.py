@@ -16,8 +16,10 @@ import pytest
 from PIL import Image
 from skimage import data as photos
 
+from edgeserve.bench.compare import ServerKind, server_argv
+from edgeserve.bench.compare import ServerProcess as BenchServer
 from edgeserve.records import Outcome, Stage, stage_spans
-from tests.edgeserve.serve_process import ServerProcess
+from tests.edgeserve.serve_process import ServerProcess, free_port
 from tui.app import TuiApp
 from tui.sources.base import Panel
 from tui.sources.live import LiveSource, Mode
@@ -42,6 +44,29 @@ def server(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> It
     srv.stop()
 
 
+@pytest.fixture(scope="module")
+def vllm_url(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[str]:
+    """A stock vLLM OpenAI server, started as `edgeserve bench compare` starts it."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("tui-vllm") / "log"
+    srv = BenchServer(server_argv(ServerKind.VLLM, tiny_model_dir, port), "", log, {})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        asyncio.run(srv.wait_ready(url, timeout_s=300))
+        yield url
+    finally:
+        srv.stop()
+
+
+async def send(url: str, n: int) -> None:
+    async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+        model = (await client.get("/v1/models")).json()["data"][0]["id"]
+        body = image_request(model)
+        replies = await asyncio.gather(
+            *(client.post("/v1/chat/completions", json=body) for _ in range(n)))
+    assert [r.status_code for r in replies] == [200] * n
+
+
 def image_request(model: str) -> dict:
     buf = io.BytesIO()
     Image.fromarray(photos.coffee()).save(buf, format="JPEG", quality=90)
@@ -55,12 +80,7 @@ async def test_the_ui_follows_a_real_server(server: ServerProcess, host):
     async with app.run_test(size=(160, 48)) as pilot:
         await app.workers.wait_for_complete()
         assert isinstance(app.source, LiveSource) and app.source.mode is Mode.EDGESERVE
-        async with httpx.AsyncClient(base_url=server.url, timeout=120) as client:
-            model = (await client.get("/v1/models")).json()["data"][0]["id"]
-            body = image_request(model)
-            replies = await asyncio.gather(
-                *(client.post("/v1/chat/completions", json=body) for _ in range(REQUESTS)))
-        assert [r.status_code for r in replies] == [200] * REQUESTS
+        await send(server.url, REQUESTS)
         for _ in range(100):  # the records reach the UI within a sample interval or two
             await app.workers.wait_for_complete()
             await app.refresh_data()
@@ -86,3 +106,28 @@ async def test_the_ui_follows_a_real_server(server: ServerProcess, host):
         assert stages[:4] == [Stage.PREPROC_QUEUE, Stage.DECODE, Stage.RESIZE, Stage.NORMALIZE]
         await pilot.press("escape", "q")
     assert app.return_code == 0
+
+
+async def test_a_stock_vllm_server_fills_what_its_metrics_allow(vllm_url: str, host):
+    app = TuiApp(LiveSource(vllm_url), host_probe=host)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await app.workers.wait_for_complete()
+        assert isinstance(app.source, LiveSource) and app.source.mode is Mode.VLLM
+        await app.refresh_data()  # a scrape before the requests: the baseline of the deltas
+        await send(vllm_url, REQUESTS)
+        for _ in range(100):
+            await app.workers.wait_for_complete()
+            await app.refresh_data()
+            await pilot.pause()
+            if app.state.snapshot().overview.finished_total >= REQUESTS:
+                break
+            await asyncio.sleep(0.1)
+        snap = app.state.snapshot()
+        o = snap.overview
+        assert o.finished_total == REQUESTS and o.errors == 0
+        assert o.requests_per_s and o.requests_per_s > 0
+        assert o.ttft_p50_s is not None and o.itl_p50_s is not None
+        assert snap.queues.engine_waiting == 0 and snap.queues.preproc_queue is None
+        for panel in (Panel.WORKERS, Panel.TIMELINE, Panel.WATERFALL):
+            assert app.panels()[panel].has_class("-empty")
+            assert "stock vLLM" in str(app.panels()[panel].render())
