@@ -101,7 +101,9 @@ def build_mix(name: str, photos: tuple[str, ...], folder: Path) -> list[bytes]:
     return payloads
 
 
-def contenders(max_pixels: int, torchvision_ok: bool) -> dict[str, Callable[[bytes], object]]:
+def contenders(
+    max_pixels: int, torchvision_ok: bool, all_backends: bool
+) -> dict[str, Callable[[bytes], object]]:
     import cv2
     from PIL import Image
     from qwen_vl_utils.vision_process import fetch_image
@@ -146,17 +148,31 @@ def contenders(max_pixels: int, torchvision_ok: bool) -> dict[str, Callable[[byt
         ),
         "decode-floor": floor,
     }
+    if all_backends:
+        table["ours-pillow"] = lambda d: mm_preproc.preprocess(
+            d, max_pixels=max_pixels, backend="pillow"
+        )
+        table["ours-opencv"] = lambda d: mm_preproc.preprocess(
+            d, max_pixels=max_pixels, backend="opencv"
+        )
     if hf_tv is not None:
         table["hf-torchvision"] = lambda d: hf_tv(images=pil_rgb(d), size=size, return_tensors="pt")
     cv2.setNumThreads(1)
     return table
 
 
-def measure(mix: str, budget: str, payloads: list[bytes], rounds: int, torchvision_ok: bool) -> Row:
+def measure(
+    mix: str,
+    budget: str,
+    payloads: list[bytes],
+    rounds: int,
+    torchvision_ok: bool,
+    all_backends: bool = False,
+) -> Row:
     import mm_preproc
 
     max_pixels = BUDGETS[budget]
-    table = contenders(max_pixels, torchvision_ok)
+    table = contenders(max_pixels, torchvision_ok, all_backends)
     names = list(table)
     for fn in table.values():  # warm-up: imports, lazy inits, caches
         fn(payloads[0])
@@ -232,6 +248,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--core", type=int, default=0, help="CPU core to pin to")
     p.add_argument("--mix", action="append", choices=list(MIXES), help="only these mixes")
     p.add_argument("--budget", action="append", choices=list(BUDGETS), help="only these budgets")
+    p.add_argument(
+        "--all-backends",
+        action="store_true",
+        help="also time ours with backend=pillow and backend=opencv (see the JSON)",
+    )
     args = p.parse_args(argv)
     if not 1 <= args.photos <= len(PHOTOS):
         p.error(f"--photos must be between 1 and {len(PHOTOS)}")
@@ -274,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         for mix in args.mix or list(MIXES):
             payloads = build_mix(mix, photos, Path(tmp))
             for budget in args.budget or list(BUDGETS):
-                row = measure(mix, budget, payloads, args.rounds, tv_ok)
+                row = measure(mix, budget, payloads, args.rounds, tv_ok, args.all_backends)
                 rows.append(row)
                 print(
                     f"# {mix} @ {budget}: ours {row.ours_images_per_s:.1f} img/s; "

@@ -10,6 +10,7 @@ qwen-vl-utils are imported lazily: this module is not needed to use :mod:`mm_pre
 from __future__ import annotations
 
 import io
+import warnings
 from functools import cache
 from typing import Any
 
@@ -28,7 +29,9 @@ def load_like_vllm(data: bytes) -> Image.Image:
     """
     im: Image.Image
     try:
-        im = Image.open(io.BytesIO(data))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*support not installed")
+            im = Image.open(io.BytesIO(data))
     except UnidentifiedImageError:
         if not is_webp(data):
             raise

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 import pytest
@@ -48,10 +49,17 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         )
 
 
-def photo(name: str) -> np.ndarray:
+@cache
+def _photo(name: str) -> np.ndarray:
     import skimage.data
 
-    return np.ascontiguousarray(getattr(skimage.data, name)())
+    array = np.ascontiguousarray(getattr(skimage.data, name)())
+    array.flags.writeable = False
+    return array
+
+
+def photo(name: str) -> np.ndarray:
+    return _photo(name).copy()
 
 
 def encode(im: Image.Image, fmt: str, **kwargs: object) -> bytes:
@@ -72,6 +80,7 @@ def encode_webp(array: np.ndarray, quality: int = 90, lossless: bool = False) ->
     return buf.tobytes()
 
 
+@cache
 def photo_jpeg(name: str, width: int, height: int, quality: int = 90) -> bytes:
     """A real photograph scaled (Lanczos) to width×height and encoded as JPEG."""
     im = Image.fromarray(photo(name)).resize((width, height), Image.Resampling.LANCZOS)
