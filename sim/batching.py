@@ -144,8 +144,8 @@ class BatchEngine:
                 self.loop.at(now + pf * self.clock_scale, self._on_prefilled, job)
                 return
         if self.running:
-            self.tau_s = tau = self.model.step_s(len(self.running), self.context_tokens()) \
-                * self.clock_scale
+            tau = self.model.step_s(len(self.running), self.context_tokens()) * self.clock_scale
+            self.tau_s = tau = tau if tau > 1e-12 else 1e-12  # a free step still counts tokens
             self._version += 1
             left = self.running[0][0] - self.steps
             self.loop.at(now + (left * tau if left > 0 else 0.0), self._on_wake, self._version)
@@ -176,6 +176,8 @@ class BatchEngine:
         now = self.loop.now
         self._sync(now)
         running = self.running
+        if running and running[0][0] > self.steps:  # planned for the head's last token:
+            self.steps = running[0][0]  # float rounding of (now − mark) / τ must not miss it
         limit = self.steps + 1e-6
         while running and running[0][0] <= limit:
             _, _, join, job = heappop(running)

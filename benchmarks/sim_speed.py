@@ -1,0 +1,112 @@
+"""Simulator speed against raw SimPy, measured in the same run.
+
+Reference: SimPy's own event rate on an empty timeout loop (one process yielding
+``env.timeout(1)`` N times) — the fastest anything built on SimPy can process events.
+Ours: the built-in default scenario (4 devices, one cloud server, predicted-latency policy),
+writing every request record to a trace file as ``edgeserve sim run --trace`` does.
+
+Rounds alternate reference and ours (A B A B …) after a warm-up; the ratio is reported as the
+median of the per-round ratios with min and max. ``--full`` then runs the default scenario with
+1,000,000 requests once and reports its wall time against the 30 s target. The process is pinned
+to one core (``--cpu``).
+
+    python benchmarks/sim_speed.py                 # 5 rounds of 100k requests
+    python benchmarks/sim_speed.py --full          # plus the 1M-request run
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import simpy
+
+from sim.config import load_scenario
+from sim.simulation import Simulation
+
+
+def raw_simpy_events_per_s(n: int) -> float:
+    env = simpy.Environment()
+
+    def loop(env: simpy.Environment):  # type: ignore[no-untyped-def]
+        timeout = env.timeout
+        for _ in range(n):
+            yield timeout(1)
+
+    env.process(loop(env))
+    t0 = time.perf_counter()
+    env.run()
+    return n / (time.perf_counter() - t0)
+
+
+def ours(requests: int, trace_dir: str, policy: str | None = None) -> tuple[float, float, float]:
+    """(requests/s, events/s, wall seconds) for the default scenario with ``requests``."""
+    scenario = load_scenario(None, [("requests", requests), ("duration_s", None)])
+    t0 = time.perf_counter()
+    sim = Simulation(scenario, policy=policy, trace_path=Path(trace_dir) / "bench.jsonl")
+    sim.run()
+    wall = time.perf_counter() - t0
+    return requests / wall, sim.loop.events / wall, wall
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--requests", type=int, default=100_000, help="requests per round")
+    ap.add_argument("--events", type=int, default=1_000_000, help="raw SimPy events per round")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--full", action="store_true", help="also run 1,000,000 requests once")
+    ap.add_argument("--policy", help="policy (default: the scenario's, predicted_latency)")
+    ap.add_argument("--cpu", type=int, default=0, help="core to pin to (-1: no pinning)")
+    args = ap.parse_args()
+    if args.cpu >= 0 and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {args.cpu})
+    print(
+        f"python {platform.python_version()}, simpy {simpy.__version__}, "
+        f"{os.cpu_count()} cores, pinned to core {args.cpu}"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        raw_simpy_events_per_s(args.events // 10)  # warm-up
+        ours(args.requests // 10, tmp, args.policy)
+        ratios, rows = [], []
+        for i in range(args.rounds):
+            ref = raw_simpy_events_per_s(args.events)
+            rps, eps, wall = ours(args.requests, tmp, args.policy)
+            ratios.append(eps / ref)
+            rows.append((ref, rps, eps, wall))
+            print(
+                f"round {i + 1}: raw SimPy {ref:,.0f} ev/s | ours {rps:,.0f} req/s, "
+                f"{eps:,.0f} ev/s ({eps / rps:.2f} ev/req), {wall:.2f} s  → ratio {eps / ref:.3f}"
+            )
+        med = statistics.median(ratios)
+        rps_med = statistics.median(r[1] for r in rows)
+        print(
+            f"\nevents/s ratio ours / raw SimPy: median {med:.3f} (min {min(ratios):.3f}, "
+            f"max {max(ratios):.3f}); target >= 0.5"
+        )
+        print(
+            f"requests/s: median {rps_med:,.0f} → 1,000,000 requests in about "
+            f"{1e6 / rps_med:.1f} s; target <= 30 s"
+        )
+        if args.full:
+            ref = raw_simpy_events_per_s(args.events)
+            rps, eps, wall = ours(1_000_000, tmp, args.policy)
+            size = (Path(tmp) / "bench.jsonl").stat().st_size
+            print(
+                f"\nfull run: 1,000,000 requests in {wall:.1f} s ({rps:,.0f} req/s, {eps:,.0f} ev/s, "
+                f"ratio {eps / ref:.3f} to raw SimPy {ref:,.0f} ev/s); trace {size / 1e6:.0f} MB"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
