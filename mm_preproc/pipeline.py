@@ -11,9 +11,9 @@ orients after resizing; that moves pixels by a fraction of a grey level on avera
 
 Backends: ``pillow`` decodes and resizes with Pillow (pillow-simd when installed); ``opencv``
 decodes and resizes with OpenCV (its resize filters differ from the model's, so it is only
-within the fast-path bound); ``auto`` decodes PNG and WebP with OpenCV (identical pixels, faster
-zlib, and WebP support that pillow-simd builds often lack), everything else with Pillow, and
-always resizes with Pillow.
+within the fast-path bound); ``auto`` decodes and resizes with Pillow — measured the fastest
+exact choice here — and decodes with OpenCV only what the Pillow build cannot open (WebP, which
+pillow-simd builds often lack; OpenCV's libwebp gives the same pixels).
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ def preprocess(
 
 
 # Formats that `auto` decodes with OpenCV (when the mode allows; see opencv_decode.can_decode).
-_OPENCV_FIRST = frozenset({"PNG", "WEBP"})
+_OPENCV_FIRST = frozenset({"WEBP"})
 
 
 @dataclass(slots=True)
@@ -242,10 +242,10 @@ class _Frame:
         return cls(header, target, data, pil)
 
     def _use_opencv(self, backend: Backend) -> bool:
-        """OpenCV decodes where its pixels equal Pillow's and it pays: PNG (faster zlib) and
-        WebP under ``auto``; everything it can under ``opencv``; and whatever this Pillow build
-        cannot open. JPEG stays with Pillow under ``auto``: same libjpeg-turbo speed, and the
-        Pillow resize then needs no array → image copy."""
+        """OpenCV decodes everything it can under ``opencv``, and otherwise only what this
+        Pillow build cannot open (WebP here). Under ``auto`` the rest stays with Pillow: OpenCV
+        decodes JPEG and PNG no faster here (measured, docs/mm_preproc.md), and the Pillow
+        resize then needs no array → image copy."""
         if self.data is None or not opencv_decode.can_decode(self.header):
             return False
         if self.pil is None or backend is Backend.OPENCV:

@@ -12,8 +12,9 @@ from conftest import encode, synthetic_rgb, with_orientation
 from PIL import Image
 
 import mm_preproc
-from mm_preproc import Backend, OutputFormat
+from mm_preproc import Backend, OutputFormat, opencv_decode
 from mm_preproc.constants import IMAGE_MEAN, IMAGE_STD, PATCH_DIM
+from mm_preproc.decode import decode, open_bytes, to_rgb
 
 MAX_PIXELS = 1280 * 28 * 28
 
@@ -124,18 +125,38 @@ def test_backends_report_which_library_decoded_and_resized() -> None:
     jpeg = encode(Image.fromarray(synthetic_rgb(900, 600)), "JPEG", quality=90)
     png = encode(Image.fromarray(synthetic_rgb(900, 600)), "PNG")
     gif = encode(Image.fromarray(synthetic_rgb(90, 60)).quantize(32), "GIF")
-    auto = mm_preproc.preprocess(jpeg)
-    assert (auto.decoder, auto.resizer) == (Backend.PILLOW, Backend.PILLOW)
-    auto_png = mm_preproc.preprocess(png)
-    assert (auto_png.decoder, auto_png.resizer) == (Backend.OPENCV, Backend.PILLOW)
-    pil_png = mm_preproc.preprocess(png, backend="pillow")
-    assert (pil_png.decoder, pil_png.resizer) == (Backend.PILLOW, Backend.PILLOW)
-    # The decoders give identical pixels, so auto and pillow agree exactly.
-    np.testing.assert_array_equal(auto_png.pixel_values, pil_png.pixel_values)
+    for data in (jpeg, png):
+        auto = mm_preproc.preprocess(data)
+        assert (auto.decoder, auto.resizer) == (Backend.PILLOW, Backend.PILLOW)
+        assert mm_preproc.preprocess(data, backend="opencv").decoder is Backend.OPENCV
     cv = mm_preproc.preprocess(jpeg, backend=Backend.OPENCV)
     assert (cv.decoder, cv.resizer) == (Backend.OPENCV, Backend.OPENCV)
     # Palette images need Pillow's conversion whatever the backend.
     assert mm_preproc.preprocess(gif, backend="opencv").decoder is Backend.PILLOW
+
+
+@pytest.mark.parametrize(
+    "label",
+    ["jpeg 4:2:0", "jpeg 4:4:4", "jpeg progressive", "jpeg gray", "png", "png gray", "bmp"],
+)
+def test_opencv_decodes_the_same_pixels_as_pillow(label: str) -> None:
+    """Why the decoders are interchangeable: identical pixels, at every JPEG DCT scale."""
+    im = Image.fromarray(synthetic_rgb(999, 751))
+    kind, _, variant = label.partition(" ")
+    if variant == "gray":
+        im = im.convert("L")
+    options = {
+        "4:2:0": {"quality": 90},
+        "4:4:4": {"quality": 95, "subsampling": 0},
+        "progressive": {"quality": 85, "progressive": True},
+    }.get(variant, {"quality": 90} if kind == "jpeg" else {})
+    data = encode(im, kind.upper(), **options)
+    pil_im, header = open_bytes(data)
+    assert pil_im is not None and opencv_decode.can_decode(header)
+    for scale in (1, 2, 4, 8) if kind == "jpeg" else (1,):
+        by_pillow = np.asarray(to_rgb(decode(open_bytes(data)[0], header, scale)))  # type: ignore[arg-type]
+        by_opencv = opencv_decode.decode_opencv(data, header, scale)
+        np.testing.assert_array_equal(by_opencv, by_pillow)
 
 
 def test_sources_bytes_path_memoryview_give_the_same_result(tmp_path: Path) -> None:
