@@ -54,12 +54,14 @@ class EngineOptions:
 
     ``gpu_memory_utilization`` is the memory fraction for the KV cache; on vLLM's CPU build it is a
     fraction of host memory, and the upstream default (0.92) does not fit a small machine, so the
-    default here is 0.1. ``extra`` carries any other ``AsyncEngineArgs`` field by name.
+    default here is 0.1. ``kv_cache_memory_bytes``, when set, fixes the KV-cache size instead
+    (robust when several servers start at once on one host). ``extra`` carries any other ``AsyncEngineArgs`` field by name.
     """
 
     max_model_len: int = 4096
     max_num_seqs: int = 16
     gpu_memory_utilization: float = 0.1
+    kv_cache_memory_bytes: int | None = None  # a fixed KV-cache size instead of the fraction
     dtype: str = "auto"
     enforce_eager: bool = False
     seed: int = 0

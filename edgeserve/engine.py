@@ -90,6 +90,7 @@ class Engine:
             max_model_len=opts.max_model_len,
             max_num_seqs=opts.max_num_seqs,
             gpu_memory_utilization=opts.gpu_memory_utilization,
+            kv_cache_memory_bytes=opts.kv_cache_memory_bytes,
             dtype=opts.dtype,  # type: ignore[arg-type]  # validated by vLLM
             enforce_eager=opts.enforce_eager,
             seed=opts.seed,

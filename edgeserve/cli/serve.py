@@ -33,6 +33,7 @@ _FIELDS = {
     "trace": "trace", "sample_interval": "sample_interval_s", "drain_timeout": "drain_timeout_s",
     "max_model_len": "engine.max_model_len", "max_num_seqs": "engine.max_num_seqs",
     "gpu_memory_utilization": "engine.gpu_memory_utilization", "dtype": "engine.dtype",
+    "kv_cache_memory_bytes": "engine.kv_cache_memory_bytes",
     "enforce_eager": "engine.enforce_eager", "seed": "engine.seed",
     "enable_prefix_caching": "engine.enable_prefix_caching",
 }
@@ -121,6 +122,9 @@ def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
     g.add_argument("--gpu-memory-utilization", type=float,
                    help="KV-cache memory fraction; on vLLM's CPU build a fraction of host "
                    f"memory (default: {_e('gpu_memory_utilization')})")
+    g.add_argument("--kv-cache-memory-bytes", type=int, metavar="N",
+                   help="fixed KV-cache size in bytes, instead of --gpu-memory-utilization "
+                   "(robust when several servers start at once)")
     g.add_argument("--dtype", help=f"default: {_e('dtype')}")
     g.add_argument("--enforce-eager", action="store_const", const=True, help="default: off")
     g.add_argument("--seed", type=int, help=f"engine seed (default: {_e('seed')})")
@@ -161,7 +165,10 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         asyncio.run(serve(cfg))
-    except OSError as e:
+    except OSError as e:  # e.g. the port is taken
         print(f"edgeserve serve: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:  # the engine or the workers failed to start; vLLM logged the details
+        print(f"edgeserve serve: failed to start: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     return 0

@@ -1,0 +1,257 @@
+"""How much CPU time per image is left in the server's frontend process?
+
+The frontend is where HTTP is parsed, tokens are streamed and — in vLLM — where images are decoded,
+resized, normalized and patchified before the engine sees them. Every CPU-second spent there per
+image is a second the frontend's event loop cannot feed the engine. This benchmark starts three
+servers on the same tiny model and measures, from the outside, the CPU time of each one's
+frontend process (the process that answers HTTP; its child processes — engine, workers — are
+excluded):
+
+* ``edgeserve-split``: ``edgeserve serve --mode split`` (decode/resize in a worker process; vLLM's
+  processor then only normalizes and patchifies a ready-sized image in the frontend);
+* ``edgeserve-inline``: ``edgeserve serve --mode inline`` (the same preprocessing in the frontend);
+* ``vllm-serve``: ``python -m vllm.entrypoints.openai.api_server`` (vLLM's own path).
+
+Workload: photographs (scikit-image's samples, scaled to the requested size and shifted so that
+every request is a new image for the caches) as JPEG data URLs, prepared before any timing;
+requests one at a time, ``max_tokens=1``. Arms alternate in rounds (A B C, A B C, …) and the
+report gives per-round ratios against vllm-serve (median, min, max).
+
+Usage::
+
+    .venv/bin/python benchmarks/serve_frontend_cpu.py --rounds 4 --per-round 5 --size 4000x3000
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = ROOT / "models" / "tiny-qwen2-vl"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Arm:
+    name: str
+    argv: list[str]
+    port: int
+    proc: subprocess.Popen[bytes] | None = None
+    cpu_ms_per_image: list[float] = field(default_factory=list)
+    latency_s: list[float] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, log_dir: Path) -> None:
+        log = open(log_dir / f"{self.name}.log", "wb")  # noqa: SIM115 — lives as long as the server
+        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT)
+
+    def wait_ready(self, timeout_s: float = 600) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            time.sleep(1)
+        raise RuntimeError(f"{self.name} not ready after {timeout_s} s")
+
+    def frontend_cpu_s(self) -> float:
+        assert self.proc is not None
+        t = psutil.Process(self.proc.pid).cpu_times()
+        return float(t.user + t.system)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def make_payloads(n: int, width: int, height: int) -> list[bytes]:
+    from skimage import data as photos
+
+    sources = [photos.astronaut(), photos.coffee(), photos.chelsea(), photos.rocket()]
+    out = []
+    for i in range(n):
+        img = Image.fromarray(sources[i % len(sources)]).resize(
+            (width + 16, height + 16), Image.Resampling.BICUBIC
+        )
+        dx, dy = (i * 3) % 16, (i * 5) % 16  # a new image every time: no cache hits
+        img = img.crop((dx, dy, dx + width, dy + height))
+        buf = io.BytesIO()
+        img.save(buf, "JPEG", quality=90)
+        url = "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
+        body = {
+            "model": str(MODEL),
+            "max_tokens": 1,
+            "temperature": 0,
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image_url", "image_url": {"url": url}},
+                        {"type": "text", "text": "Describe the image."},
+                    ],
+                }
+            ],
+        }
+        out.append(json.dumps(body).encode())
+    return out
+
+
+def post(url: str, body: bytes) -> float:
+    t = time.perf_counter()
+    req = urllib.request.Request(
+        url + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=300) as r:
+        r.read()
+    return time.perf_counter() - t
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--per-round", type=int, default=5, help="images per arm per round")
+    ap.add_argument("--size", default="4000x3000", help="photo size WxH (default: 4000x3000)")
+    ap.add_argument("--log-dir", default="/tmp/serve_frontend_cpu")
+    ap.add_argument("--json", metavar="FILE", help="also write the raw figures as JSON")
+    args = ap.parse_args()
+    width, height = (int(x) for x in args.size.split("x"))
+    log_dir = Path(args.log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    py = sys.executable
+    # a fixed KV-cache size: three engines starting at once cannot agree on free-memory fractions
+    common = ["--max-model-len", "4096", "--max-num-seqs", "8",
+              "--kv-cache-memory-bytes", str(256 << 20)]
+    arms = [
+        Arm(
+            "edgeserve-split",
+            [
+                py,
+                "-m",
+                "edgeserve",
+                "serve",
+                "--model",
+                str(MODEL),
+                "--mode",
+                "split",
+                "--workers",
+                "1",
+                *common,
+            ],
+            free_port(),
+        ),
+        Arm(
+            "edgeserve-inline",
+            [py, "-m", "edgeserve", "serve", "--model", str(MODEL), "--mode", "inline", *common],
+            free_port(),
+        ),
+        Arm(
+            "vllm-serve",
+            [
+                py,
+                "-m",
+                "vllm.entrypoints.openai.api_server",
+                "--model",
+                str(MODEL),
+                "--disable-log-stats",
+                *common,
+            ],
+            free_port(),
+        ),
+    ]
+    for a in arms:
+        a.argv += ["--port", str(a.port)]
+    print(
+        f"machine: {os.cpu_count()} cores, no GPU; model: tiny Qwen2-VL; images: {width}x{height} "
+        f"JPEG photos (q90), sequential requests, max_tokens=1",
+        flush=True,
+    )
+    payloads = make_payloads(args.rounds * args.per_round * len(arms) + len(arms), width, height)
+    try:
+        for a in arms:
+            a.start(log_dir)
+        for a in arms:
+            a.wait_ready()
+        print("servers ready", flush=True)
+        k = 0
+        for a in arms:  # warm-up: one image each
+            post(a.url, payloads[k])
+            k += 1
+        for r in range(args.rounds):
+            for a in arms:
+                cpu0 = a.frontend_cpu_s()
+                lat = [post(a.url, payloads[k + i]) for i in range(args.per_round)]
+                k += args.per_round
+                cpu1 = a.frontend_cpu_s()
+                a.cpu_ms_per_image.append((cpu1 - cpu0) / args.per_round * 1000)
+                a.latency_s.extend(lat)
+            print(
+                f"round {r + 1}: "
+                + ", ".join(f"{a.name} {a.cpu_ms_per_image[-1]:.1f} ms" for a in arms),
+                flush=True,
+            )
+    finally:
+        for a in arms:
+            a.stop()
+    ref = arms[-1]
+    print(
+        f"\n| server | frontend CPU ms/image (median of {args.rounds} rounds) | "
+        "ratio to vllm-serve (median, min–max) | E2E latency s (median) |"
+    )
+    print("|---|---|---|---|")
+    for a in arms:
+        ratios = [x / y for x, y in zip(a.cpu_ms_per_image, ref.cpu_ms_per_image, strict=True)]
+        print(
+            f"| {a.name} | {statistics.median(a.cpu_ms_per_image):.1f} | "
+            f"{statistics.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f}) | "
+            f"{statistics.median(a.latency_s):.3f} |"
+        )
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    a.name: {"cpu_ms_per_image": a.cpu_ms_per_image, "latency_s": a.latency_s}
+                    for a in arms
+                },
+                indent=1,
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
