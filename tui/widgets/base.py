@@ -49,6 +49,7 @@ class PanelWidget(Widget, can_focus=True):
         self.border_title = f"{self.PANEL.value} {self.TITLE}"
         self.view: View | None = None
         self._drawn: Text | None = None
+        self._styles: dict[str, str] = {}
 
     def show(self, view: View) -> None:
         """Take a new view; repaint only if shown and only if the drawing changed.
@@ -93,8 +94,16 @@ class PanelWidget(Widget, can_focus=True):
         raise NotImplementedError
 
     def style_of(self, name: str) -> str:
-        """The rich style of a component class (colors live in app.tcss)."""
-        return str(self.get_component_rich_style(name, partial=True))
+        """The rich style of a component class (colors live in app.tcss), cached: looking it up
+        costs more than drawing a line."""
+        style = self._styles.get(name)
+        if style is None:
+            style = self._styles[name] = str(self.get_component_rich_style(name, partial=True))
+        return style
+
+    def notify_style_update(self) -> None:
+        self._styles.clear()  # the theme or the CSS changed
+        super().notify_style_update()
 
 
 def sparkline(values: Sequence[float], width: int) -> str:

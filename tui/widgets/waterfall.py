@@ -57,7 +57,7 @@ class WaterfallPanel(PanelWidget):
         super().__init__()
         self.cursor = 0
         self._rows: list[RequestRecord] = []
-        self._styles: dict[Stage, str] = {}
+        self._stage_styles: dict[Stage, str] = {}
         self._failed = ""
 
     def show(self, view: View) -> None:
@@ -86,7 +86,7 @@ class WaterfallPanel(PanelWidget):
         shown = self._rows[first:first + height]
         bar_w = max(10, width - ID_W - E2E_W - 2)
         scale = max((r.e2e_s or 0.0 for r in shown), default=0.0) or 1.0
-        self._styles = {s: self.style_of(stage_class(s)) for s in Stage}
+        self._stage_styles = {s: self.style_of(stage_class(s)) for s in Stage}
         self._failed = self.style_of("waterfall--failed")
         t = Text(no_wrap=True, overflow="crop")
         head = f"{'request':<{ID_W}} {'e2e':>{E2E_W - 1}}  stages (scale {fmt_s(scale)})"
@@ -113,7 +113,7 @@ class WaterfallPanel(PanelWidget):
                 continue
             if lo > pos:
                 t.append(" " * (lo - pos))
-            t.append("█" * (hi - lo), self._styles[stage])
+            t.append("█" * (hi - lo), self._stage_styles[stage])
             pos = hi
         if r.outcome is not Outcome.OK:
             t.append(" " * max(0, width - pos) + f" {r.outcome.value}", self._failed)
