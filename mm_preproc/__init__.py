@@ -28,7 +28,8 @@ from mm_preproc.errors import (
     UnsupportedFormatError,
 )
 from mm_preproc.layout import OutputFormat, OutputSpec, grid_thw, output_spec
-from mm_preproc.pipeline import Backend, PreprocOptions, PreprocResult, preprocess
+from mm_preproc.options import Backend, PreprocOptions
+from mm_preproc.pipeline import PreprocResult, preprocess
 from mm_preproc.plan import Plan, plan
 from mm_preproc.resize import pillow_is_simd
 from mm_preproc.smart_resize import ResizeRule, smart_resize, target_size

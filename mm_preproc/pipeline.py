@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import TypeVar
 
 import numpy as np
 from PIL import Image
@@ -42,63 +40,12 @@ from mm_preproc.decode import (
 )
 from mm_preproc.errors import InvalidArgumentError
 from mm_preproc.layout import OutputFormat, grid_thw
+from mm_preproc.options import Backend, PreprocOptions
 from mm_preproc.orientation import orient_array
 from mm_preproc.patchify import check_out, normalize_into, patch_order, repeat_into
 from mm_preproc.resize import resize_opencv, resize_pillow
 from mm_preproc.smart_resize import target_size
 from mm_preproc.timing import StageTimings, Stopwatch
-
-_E = TypeVar("_E", bound=Enum)
-
-
-class Backend(Enum):
-    """Which library decodes and resizes (see the module docstring)."""
-
-    AUTO = "auto"
-    PILLOW = "pillow"
-    OPENCV = "opencv"
-
-
-@dataclass(slots=True, frozen=True)
-class PreprocOptions:
-    """Everything that decides the output for one image; validated on construction."""
-
-    min_pixels: int = DEFAULT_MIN_PIXELS
-    max_pixels: int = DEFAULT_MAX_PIXELS
-    resized_height: int | None = None
-    resized_width: int | None = None
-    backend: Backend = Backend.AUTO
-    fast_decode: bool = True
-    output: OutputFormat = OutputFormat.FLOAT32
-    max_source_pixels: int = DEFAULT_MAX_SOURCE_PIXELS
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "backend", _coerce(Backend, self.backend, "backend"))
-        object.__setattr__(self, "output", _coerce(OutputFormat, self.output, "output format"))
-        if self.min_pixels <= 0 or self.max_pixels <= 0:
-            raise InvalidArgumentError("min_pixels and max_pixels must be positive")
-        if self.min_pixels > self.max_pixels:
-            raise InvalidArgumentError(
-                f"min_pixels ({self.min_pixels}) must not exceed max_pixels ({self.max_pixels})"
-            )
-        if (self.resized_height is None) != (self.resized_width is None):
-            raise InvalidArgumentError("give both resized_height and resized_width, or neither")
-        for name in ("resized_height", "resized_width"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise InvalidArgumentError(f"{name} must be positive, got {value}")
-        if self.max_source_pixels <= 0:
-            raise InvalidArgumentError("max_source_pixels must be positive")
-
-
-def _coerce(kind: type[_E], value: object, what: str) -> _E:
-    if isinstance(value, kind):
-        return value
-    try:
-        return kind(value)
-    except ValueError:
-        names = ", ".join(str(m.value) for m in kind)
-        raise InvalidArgumentError(f"unknown {what} {value!r}; choose one of {names}") from None
 
 
 @dataclass(slots=True)

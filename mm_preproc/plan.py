@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from mm_preproc.constants import DEFAULT_MAX_PIXELS, DEFAULT_MAX_SOURCE_PIXELS, DEFAULT_MIN_PIXELS
 from mm_preproc.decode import ImageHeader, probe
 from mm_preproc.layout import OutputFormat, OutputSpec, output_spec
-from mm_preproc.pipeline import PreprocOptions
+from mm_preproc.options import PreprocOptions
 from mm_preproc.smart_resize import target_size
 
 
