@@ -7,6 +7,7 @@ shows images/s and the median ratio with min–max over the rounds. Contenders:
 
 * ``ours``            ``mm_preproc.preprocess(bytes)`` — auto backend, fast decode
 * ``ours-faithful``   the same with ``fast_decode=False`` (bit-faithful path)
+* ``ours-uint8``      the same with ``output="uint8"`` (engine normalizes on the device)
 * ``hf-pil``          Pillow decode + transformers' ``Qwen2VLImageProcessorPil``
 * ``hf-torchvision``  Pillow decode + transformers' ``Qwen2VLImageProcessor`` (torchvision)
 * ``qwen-vl-utils``   ``fetch_image`` (decode, smart_resize, resize) + ``Qwen2VLImageProcessorPil``
@@ -79,6 +80,8 @@ class Row:
     speedup_median: dict[str, float] = field(default_factory=dict)
     speedup_min: dict[str, float] = field(default_factory=dict)
     speedup_max: dict[str, float] = field(default_factory=dict)
+    # time(contender) / time(decode floor), per round, for ours and ours-uint8
+    floor_ratios: dict[str, list[float]] = field(default_factory=dict)
     decode_scale: list[int] = field(default_factory=list)
     decoder: str = ""
     stage_ms: dict[str, float] = field(default_factory=dict)
@@ -134,6 +137,7 @@ def contenders(
         "ours-faithful": lambda d: mm_preproc.preprocess(
             d, max_pixels=max_pixels, fast_decode=False
         ),
+        "ours-uint8": lambda d: mm_preproc.preprocess(d, max_pixels=max_pixels, output="uint8"),
         "hf-pil": lambda d: hf_pil(images=pil_rgb(d), size=size, return_tensors="np"),
         "qwen-vl-utils": lambda d: hf_pil(
             images=fetch_image(
@@ -197,6 +201,10 @@ def measure(
         row.speedup_median[name] = statistics.median(ratios)
         row.speedup_min[name] = min(ratios)
         row.speedup_max[name] = max(ratios)
+    for name in ("ours", "ours-uint8"):
+        row.floor_ratios[name] = [
+            own / floor for own, floor in zip(times[name], times["decode-floor"], strict=True)
+        ]
     stage_sums: dict[str, float] = {}
     for data in payloads:
         res = mm_preproc.preprocess(data, max_pixels=max_pixels)
@@ -217,25 +225,28 @@ def _ratio(row: Row, name: str) -> str:
     )
 
 
+def _over_floor(row: Row, name: str) -> str:
+    """time(name) / time(decode floor): median (min–max) over the rounds."""
+    per_round = row.floor_ratios.get(name, [])
+    if not per_round:
+        return "n/a"
+    return f"{statistics.median(per_round):.2f} ({min(per_round):.2f}–{max(per_round):.2f})"
+
+
 def format_table(rows: list[Row]) -> str:
     head = (
         "| mix | max_pixels | ours img/s | × HF PIL | × HF torchvision | × qwen-vl-utils+HF "
-        "| × ours faithful | ours ÷ decode floor | DCT scale |"
+        "| × ours faithful | ours ÷ decode floor | ours-uint8 ÷ decode floor | DCT scale |"
     )
-    lines = [head, "|" + "---|" * 9]
+    lines = [head, "|" + "---|" * 10]
     for r in rows:
-        floor = r.speedup_median.get("decode-floor")
-        floor_txt = "n/a"
-        if floor:
-            floor_txt = (
-                f"{1 / floor:.2f} ({1 / r.speedup_max['decode-floor']:.2f}–"
-                f"{1 / r.speedup_min['decode-floor']:.2f})"
-            )
+        floor_txt = _over_floor(r, "ours")
+        uint8_txt = _over_floor(r, "ours-uint8")
         scales = "/".join(sorted({f"1/{s}" for s in r.decode_scale}))
         lines.append(
             f"| {r.mix} | {r.budget} | {r.ours_images_per_s:.1f} | {_ratio(r, 'hf-pil')} | "
             f"{_ratio(r, 'hf-torchvision')} | {_ratio(r, 'qwen-vl-utils')} | "
-            f"{_ratio(r, 'ours-faithful')} | {floor_txt} | {scales} |"
+            f"{_ratio(r, 'ours-faithful')} | {floor_txt} | {uint8_txt} | {scales} |"
         )
     return "\n".join(lines)
 
