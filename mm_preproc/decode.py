@@ -177,8 +177,8 @@ def open_bytes(
         allowed = ", ".join(f for f in SUPPORTED_FORMATS if f != "MPO")
         error = CorruptImageError if "corrupt" in reason else UnsupportedFormatError
         raise error(f"cannot read image: {reason} (supported: {allowed})") from e
-    except (OSError, SyntaxError, ValueError, EOFError) as e:
-        raise CorruptImageError(f"cannot read image header: {e}") from e
+    except Exception as e:  # untrusted data: any parser failure means a corrupt header
+        raise CorruptImageError(f"cannot read image header: {type(e).__name__}: {e}") from e
     w, h = im.size
     _check_budget(w, h, max_source_pixels)
     orientation = _orientation(im)
@@ -227,7 +227,7 @@ def decode(im: Image.Image, header: ImageHeader, scale: int) -> Image.Image:
             # that exactly `scale`.
             im.draft(im.mode, (header.stored_width // scale, header.stored_height // scale))
         im.load()
-    except (OSError, SyntaxError, ValueError, EOFError, MemoryError) as e:
+    except Exception as e:  # untrusted data: any decoder failure means corrupt pixel data
         raise CorruptImageError(f"cannot decode {header.format} image: {e}") from e
     return im
 
@@ -252,11 +252,14 @@ def to_rgb(im: Image.Image) -> Image.Image:
     """
     if im.mode == "RGB":
         return im
-    if im.mode == "RGBA":
-        background = Image.new("RGB", im.size, (255, 255, 255))
-        background.paste(im, mask=im.getchannel("A"))
-        return background
-    return im.convert("RGB")
+    try:
+        if im.mode == "RGBA":
+            background = Image.new("RGB", im.size, (255, 255, 255))
+            background.paste(im, mask=im.getchannel("A"))
+            return background
+        return im.convert("RGB")
+    except (ValueError, ImportError, OSError) as e:  # e.g. LAB without littlecms
+        raise UnsupportedFormatError(f"cannot convert a {im.mode} image to RGB: {e}") from e
 
 
 def from_array(array: np.ndarray) -> Image.Image:

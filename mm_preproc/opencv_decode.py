@@ -56,7 +56,10 @@ def decode_opencv(data: bytes, header: ImageHeader, scale: int) -> np.ndarray:
         flags = cv2.IMREAD_UNCHANGED | cv2.IMREAD_IGNORE_ORIENTATION
     else:
         flags = cv2.IMREAD_COLOR_RGB | cv2.IMREAD_IGNORE_ORIENTATION | _REDUCED_FLAG[scale]
-    image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), flags)
+    try:
+        image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), flags)
+    except cv2.error as e:
+        raise CorruptImageError(f"cannot decode {header.format} image: {e}") from e
     expected = (-(-header.stored_height // scale), -(-header.stored_width // scale))
     if image is None or image.shape[:2] != expected or image.dtype != np.uint8:
         raise CorruptImageError(f"cannot decode {header.format} image: truncated or corrupt data")

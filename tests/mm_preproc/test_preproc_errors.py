@@ -192,3 +192,14 @@ def test_mangled_files_fail_cleanly_and_never_hang() -> None:
             assert result.pixel_values.shape[1] == 1176
             outcomes["ok"] += 1
     assert outcomes["ok"] > 0 and outcomes["error"] > 0
+
+
+def test_a_mode_this_pillow_cannot_convert_is_named() -> None:
+    from PIL import features
+
+    lab = encode(Image.new("LAB", (64, 64)), "TIFF")
+    if features.check("littlecms2"):
+        assert mm_preproc.preprocess(lab).image.shape == (56, 56, 3)
+    else:
+        with pytest.raises(UnsupportedFormatError, match="cannot convert a LAB image to RGB"):
+            mm_preproc.preprocess(lab)
