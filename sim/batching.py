@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from heapq import heappop, heappush
 from typing import Any, Protocol
 
@@ -39,15 +39,39 @@ class StepModel(Protocol):
 class BatchEngine:
     """One continuous-batching engine; ``on_done(job)`` is called when a request leaves it."""
 
-    __slots__ = ("_seq", "_version", "busy", "clock_scale", "kv_capacity_tokens", "kv_used",
-                 "loop", "max_batch", "model", "name", "on_busy", "on_done", "prefilling",
-                 "running", "steps", "sum_join", "sum_prompt", "t_mark", "tau_s", "waiting",
-                 "waiting_prefill_s")
+    __slots__ = (
+        "_eid",
+        "_q",
+        "_seq",
+        "_version",
+        "busy",
+        "clock_scale",
+        "kv_capacity_tokens",
+        "kv_used",
+        "loop",
+        "max_batch",
+        "model",
+        "name",
+        "on_busy",
+        "on_done",
+        "prefilling",
+        "running",
+        "steps",
+        "sum_join",
+        "sum_prompt",
+        "t_mark",
+        "tau_s",
+        "tpot_s",
+        "waiting",
+        "waiting_prefill_s",
+    )
 
     def __init__(self, loop: EventLoop, name: str, model: StepModel, kv_capacity_tokens: int,
                  max_batch: int, on_done: Callable[[Job], Any],
                  on_busy: Callable[[int], Any] | None = None) -> None:
         self.loop = loop
+        self._q: list[tuple[Any, ...]] = loop.queue
+        self._eid: Iterator[int] = loop.eid
         self.name = name
         self.model = model
         self.kv_capacity_tokens = kv_capacity_tokens
@@ -66,6 +90,7 @@ class BatchEngine:
         self.sum_prompt = 0
         self.sum_join = 0.0
         self.busy = False
+        self.tpot_s = 0.0  # recent time per output token, pauses for others' prefills included
         self._seq = 0
         self._version = 0
 
@@ -85,11 +110,14 @@ class BatchEngine:
         """Rough time from submission to last token for ``job`` given the current state."""
         m = self.model
         b = len(self.running) + len(self.waiting) + 1
-        step = m.step_s(min(b, self.max_batch), self.context_tokens() + job.prompt_tokens)
+        step = m.step_s(min(b, self.max_batch), self.context_tokens() + job.prompt_tokens) \
+            * self.clock_scale
+        if self.running and self.tpot_s > step:  # decode is being paused by others' prefills
+            step = self.tpot_s  # (measured on recent requests; ignored once the batch is empty)
         queued = self.waiting_prefill_s
         if self.prefilling is not None:
             queued += 0.5 * self.prefilling.tag
-        return (queued + m.prefill_s(job) + (job.output_tokens - 1) * step) * self.clock_scale
+        return (queued + m.prefill_s(job)) * self.clock_scale + (job.output_tokens - 1) * step
 
     # ---- events -------------------------------------------------------------------------
     def submit(self, job: Job) -> None:
@@ -141,14 +169,16 @@ class BatchEngine:
                     self.busy = True
                     if self.on_busy is not None:
                         self.on_busy(1)
-                self.loop.at(now + pf * self.clock_scale, self._on_prefilled, job)
+                heappush(self._q, (now + pf * self.clock_scale, 1, next(self._eid),
+                                   self._on_prefilled, job))  # loop.at, inlined (hot path)
                 return
         if self.running:
             tau = self.model.step_s(len(self.running), self.context_tokens()) * self.clock_scale
             self.tau_s = tau = tau if tau > 1e-12 else 1e-12  # a free step still counts tokens
             self._version += 1
             left = self.running[0][0] - self.steps
-            self.loop.at(now + (left * tau if left > 0 else 0.0), self._on_wake, self._version)
+            heappush(self._q, (now + (left * tau if left > 0 else 0.0), 1, next(self._eid),
+                               self._on_wake, self._version))  # loop.at, inlined
         elif self.busy:
             self.busy = False
             if self.on_busy is not None:
@@ -191,5 +221,9 @@ class BatchEngine:
 
     def _finish(self, job: Job, now: float) -> None:
         self.kv_used -= job.prompt_tokens + job.output_tokens
-        job.rec.last_token_s = now
+        rec = job.rec
+        rec.last_token_s = now
+        if job.output_tokens > 1:
+            tpot = (now - rec.first_token_s) / (job.output_tokens - 1)  # type: ignore[operator]
+            self.tpot_s += 0.1 * (tpot - self.tpot_s)
         self.on_done(job)

@@ -205,6 +205,26 @@ class LocalLlmConfig:
 
 
 @dataclass(slots=True, frozen=True)
+class LlmVariant:
+    """A smaller model the device can fall back to (model downgrade), with its own engine.
+
+    It runs on ``unit`` with its own batch and KV cache. When that is the unit of the main model
+    the two engines are *not* made to share it (an optimistic assumption); putting the small
+    model on a second accelerator (GPU + NPU) is the case this models faithfully.
+    """
+
+    unit: str
+    prefill: ServiceModelConfig
+    decode_step: ServiceModelConfig
+    kv_capacity_tokens: int = 8192
+    max_batch: int = 8
+
+    def __post_init__(self) -> None:
+        positive(self.kv_capacity_tokens, "kv_capacity_tokens")
+        positive(self.max_batch, "max_batch")
+
+
+@dataclass(slots=True, frozen=True)
 class DeviceProfile:
     """An edge device: units, per-stage service models, DVFS, thermal, power, battery."""
 
@@ -219,9 +239,13 @@ class DeviceProfile:
     dvfs: list[DvfsLevel] = field(default_factory=lambda: [DvfsLevel()])
     battery: BatteryConfig | None = None
     llm: LocalLlmConfig = field(default_factory=LocalLlmConfig)
+    llm_variants: dict[str, LlmVariant] = field(default_factory=dict)  # name → smaller model
 
     def __post_init__(self) -> None:
         non_negative(self.base_w, "base_w")
+        for vname, v in self.llm_variants.items():
+            require(v.unit in self.units, f"llm_variants.{vname}.unit",
+                    f"no unit {v.unit!r} (units: {', '.join(self.units)})")
         require(len(self.dvfs) > 0, "dvfs", "needs at least one level")
         for name, st in self.stages.items():
             require(name in StageName.__members__.values(), f"stages.{name}",

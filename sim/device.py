@@ -19,10 +19,12 @@ with an empty battery fails new requests.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from heapq import heappush
 from typing import Any
 
 from edgeserve.records import DeviceSample, Outcome
@@ -61,6 +63,8 @@ class Device:
                  cloud: CloudServer | None, seed: str,
                  on_finished: Callable[[Job], Any]) -> None:
         self.loop = loop
+        self._q: list[tuple[Any, ...]] = loop.queue
+        self._eid: Iterator[int] = loop.eid
         self.name = name
         self.profile = profile
         self.cloud = cloud
@@ -100,6 +104,15 @@ class Device:
                        ServiceTime(st[StageName.DECODE_STEP].model, draws("decode_step"))),
             profile.llm.kv_capacity_tokens, profile.llm.max_batch, self._llm_done,
             self._llm_busy)
+        self.variants: dict[str, BatchEngine] = {}
+        for vname, v in profile.llm_variants.items():
+            unit = names.index(v.unit)
+            self.variants[vname] = BatchEngine(
+                loop, f"{name}/llm:{vname}",
+                LocalModel(ServiceTime(v.prefill, draws(f"{vname}:prefill")),
+                           ServiceTime(v.decode_step, draws(f"{vname}:decode_step"))),
+                v.kv_capacity_tokens, v.max_batch, self._llm_done,
+                functools.partial(self._busy_delta, unit))
         # clock, heat, energy
         self.levels = profile.dvfs
         self.power_scales = [lv.power_scale for lv in profile.dvfs]
@@ -163,12 +176,17 @@ class Device:
 
     @property
     def queue_len(self) -> int:
-        return len(self.cpu_queue) + len(self.enc_queue) + len(self.engine.waiting)
+        q = len(self.cpu_queue) + len(self.enc_queue) + len(self.engine.waiting)
+        for e in self.variants.values():
+            q += len(e.waiting)
+        return q
 
     @property
     def running(self) -> int:
-        return (self.cores - len(self._free_cores)) + (self.enc_servers - self._enc_free) \
-            + self.engine.batch + (self.engine.prefilling is not None)
+        n = (self.cores - len(self._free_cores)) + (self.enc_servers - self._enc_free)
+        for e in (self.engine, *self.variants.values()):
+            n += e.batch + (e.prefilling is not None)
+        return n
 
     @property
     def offload_share(self) -> float:
@@ -188,7 +206,8 @@ class Device:
         cpu = self.decode.mean_s(job) + self.resize.mean_s(job) + self.normalize.mean_s(job)
         wait = len(self.cpu_queue) * self._cpu_mean_s / self.cores if self.cpu_queue else 0.0
         enc = self.encode.mean_s(job) if self.encode is not None else 0.0
-        return (wait + cpu + enc) * self.scale + self.engine.estimate_s(job)
+        engine = job.engine if job.engine is not None else self.engine
+        return (wait + cpu + enc) * self.scale + engine.estimate_s(job)
 
     def estimate_cloud_s(self, job: Job) -> float:
         """Predicted latency if ``job`` were offloaded now (``inf`` without a cloud server)."""
@@ -291,6 +310,8 @@ class Device:
         self._ps = self.power_scales[level]
         self._power_changed()
         self.engine.retime(self.scale)
+        for e in self.variants.values():
+            e.retime(self.scale)
         if self.on_level is not None:
             self.on_level(self)
 
@@ -322,7 +343,7 @@ class Device:
         rec.normalize_end_s = t3
         if newly_busy:
             self._busy_delta(self._cpu_u, 1)
-        self.loop.at(t3, self._cpu_done, job)
+        heappush(self._q, (t3, 1, next(self._eid), self._cpu_done, job))  # loop.at, inlined
 
     def _cpu_done(self, arg: Any) -> None:
         job: Job = arg
@@ -338,14 +359,15 @@ class Device:
                 self.enc_queue.append(job)
         else:
             job.rec.preproc_end_s = self.loop.now
-            self.engine.submit(job)
+            (job.engine or self.engine).submit(job)
 
     def _start_enc(self, job: Job, newly_busy: bool = True) -> None:
         assert self.encode is not None
         if newly_busy:
             self._enc_free -= 1
             self._busy_delta(self._enc_u, 1)
-        self.loop.after(self.encode.sample(job) * self.scale, self._enc_done, job)
+        heappush(self._q, (self.loop.now + self.encode.sample(job) * self.scale, 1,
+                           next(self._eid), self._enc_done, job))  # loop.after, inlined
 
     def _enc_done(self, arg: Any) -> None:
         job: Job = arg
@@ -357,7 +379,7 @@ class Device:
         now = self.loop.now
         job.rec.encode_end_s = now
         job.rec.preproc_end_s = now
-        self.engine.submit(job)
+        (job.engine or self.engine).submit(job)
 
     def _llm_busy(self, delta: int) -> None:
         self._busy_delta(self._llm_u, delta)

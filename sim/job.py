@@ -12,6 +12,7 @@ class Job:
 
     __slots__ = (
         "device",
+        "engine",
         "image_tokens",
         "output_tokens",
         "prompt_tokens",
@@ -31,3 +32,4 @@ class Job:
         self.prompt_tokens = prompt_tokens
         self.output_tokens = output_tokens
         self.tag: Any = None  # engine-private bookkeeping
+        self.engine: Any = None  # a device's alternative engine (model downgrade); None: main

@@ -10,7 +10,7 @@ SimPy's order (time, priority, insertion), its own callbacks and SimPy events al
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from heapq import heappop, heappush
 from typing import Any
 
@@ -32,12 +32,15 @@ class EventLoop:
     ``env.run`` would not understand the callback entries).
     """
 
-    __slots__ = ("_eid", "_q", "env", "events", "now", "stopped")
+    __slots__ = ("_eid", "_q", "eid", "env", "events", "now", "queue", "stopped")
 
     def __init__(self, env: simpy.Environment | None = None) -> None:
         self.env = env or simpy.Environment()
         self._q: list[tuple[Any, ...]] = self.env._queue
         self._eid = self.env._eid
+        # for hot paths that push (t, 1, next(eid), fn, arg) themselves; 1 is SimPy's NORMAL
+        self.queue: list[tuple[Any, ...]] = self._q
+        self.eid: Iterator[int] = self._eid
         self.events = 0  # events processed by run_until
         self.now: SimTime = self.env.now  # mirrors env.now (a plain attribute: read per event)
         self.stopped = False  # set by stop(): run_until returns and processes nothing more

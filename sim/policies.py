@@ -43,6 +43,7 @@ class Decision:
     placement: Placement
     reason: str
     resolution_scale: float = 1.0  # < 1: downscale the image (fewer pixels, bytes and tokens)
+    model: str | None = None  # local only: run on this smaller model (profile llm_variants)
 
 
 LOCAL = Decision(Placement.LOCAL, "local")
@@ -205,6 +206,25 @@ class Downgrade(Policy):
         if device.queue_len < self.queue_above:
             return self._full
         return Decision(Placement.LOCAL, "queue long: downgrade resolution", self.scale)
+
+
+@register
+@dataclass(slots=True)
+class ModelDowngrade(Policy):
+    """Local; under load (``queue_above`` waiting) or heat (``above_c``) use the smaller ``model``."""
+
+    name: ClassVar[str] = "model_downgrade"
+    model: str = "small"
+    queue_above: int = 2
+    above_c: float | None = None
+    _full: ClassVar[Decision] = Decision(Placement.LOCAL, "full model")
+
+    def decide(self, job: Job, device: Device) -> Decision:
+        if device.queue_len >= self.queue_above:
+            return Decision(Placement.LOCAL, "queue long: smaller model", model=self.model)
+        if self.above_c is not None and device.temp_c >= self.above_c:
+            return Decision(Placement.LOCAL, "hot: smaller model", model=self.model)
+        return self._full
 
 
 @register

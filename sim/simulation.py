@@ -22,6 +22,7 @@ import math
 import random
 from collections import deque
 from collections.abc import Callable, Iterator
+from heapq import heappush
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from sim.job import Job
 from sim.loop import EventLoop
 from sim.policies import Placement, Policy, make_policy
 from sim.report import Summary, summarize
+from sim.schema import ConfigError
 from sim.stats import StatsCollector
 from sim.workload import Arrival, ImageGeometry, arrivals
 
@@ -195,7 +197,7 @@ class Simulation:
         if src.next is None:
             self._open_sources += 1
         src.next = nxt
-        self.loop.at(nxt[0], self._on_arrival, src)
+        heappush(self.loop.queue, (nxt[0], 1, next(self.loop.eid), self._on_arrival, src))
 
     def _account(self, now: float) -> None:
         self._area += self.in_system * (now - self._area_t)
@@ -237,7 +239,15 @@ class Simulation:
         dev.decisions += 1
         placement = d.placement
         if placement is Placement.LOCAL:
-            rec.placement = "local"
+            if d.model is None:
+                rec.placement = "local"
+            else:
+                engine = dev.variants.get(d.model)
+                if engine is None:
+                    raise ConfigError(f"policy {self.policy.name}: device {dev.name} has no model "
+                                      f"{d.model!r} (llm_variants: {', '.join(dev.variants) or 'none'})")
+                job.engine = engine
+                rec.placement = f"local:{d.model}"
             dev.admit(job)
         elif placement is Placement.CLOUD and dev.cloud is not None:
             rec.placement = dev.cloud.placement

@@ -166,3 +166,32 @@ def test_power_allocator_holds_the_control_temperature() -> None:
     late = [s.temp_c for s in samples if s.t_s > 200]
     assert max(late) < 52.0 and sum(late) / len(late) == pytest.approx(50.0, abs=1.5)
     assert any(s.clock_level > 0 for s in samples)
+
+
+def test_model_downgrade_moves_queued_requests_to_the_smaller_model() -> None:
+    from sim.config import load_device_profile  # noqa: F401  (the shipped profile has 'small')
+
+    raw: dict[str, Any] = {
+        "name": "t", "seed": 1, "duration_s": 600,
+        "policy": {"kind": "model_downgrade", "params": {"model": "small", "queue_above": 1}},
+        "devices": [{"name": "j", "profile": "jetson-orin-nano",
+                     "workload": {"rate_hz": 2.0, "output_tokens": [32, 32]}}],
+    }
+    sim = Simulation(scenario_from_raw(raw))
+    recs = records(sim)
+    sim.run()
+    small = [r for r in recs if r.placement == "local:small"]
+    full = [r for r in recs if r.placement == "local"]
+    assert small and full
+    assert {r.decision_reason for r in small} == {"queue long: smaller model"}
+    tpot = lambda rs: sum(r.tpot_s for r in rs) / len(rs)  # type: ignore[misc]  # noqa: E731
+    assert tpot(small) < tpot(full) / 2
+
+
+def test_a_policy_naming_a_missing_model_is_a_clear_error() -> None:
+    from sim.schema import ConfigError
+
+    sim = one_device(one_core_profile(), {"rate_hz": 5.0},
+                     {"kind": "model_downgrade", "params": {"queue_above": 0}}, requests=3)
+    with pytest.raises(ConfigError, match="device d has no model 'small'"):
+        sim.run()

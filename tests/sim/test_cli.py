@@ -1,0 +1,82 @@
+"""``edgeserve sim``: run, compare and sweep from the command line, and clear errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from edgeserve.cli.main import main
+from edgeserve.records import DeviceSample, RequestRecord, TraceHeader, read_trace
+
+
+def test_run_default_scenario_writes_trace_summary_and_plots(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sim", "run", "--duration", "300", "--out", str(tmp_path), "--plots",
+                 "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "scenario default, policy predicted_latency" in out and "fleet" in out
+    items = list(read_trace(tmp_path / "trace.jsonl"))
+    assert isinstance(items[0], TraceHeader) and items[0].producer == "edgeserve sim"
+    recs = [i for i in items if isinstance(i, RequestRecord)]
+    samples = [i for i in items if isinstance(i, DeviceSample)]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["fleet"]["requests"] == len(recs) > 100
+    assert {s.device for s in samples} == {"jetson-0", "jetson-1", "kiosk", "phone"}
+    for name in ("latency_cdf.png", "offload_share.png", "thermal_predicted_latency.png"):
+        assert (tmp_path / name).stat().st_size > 10_000
+
+
+def test_compare_reports_each_policy_with_confidence_intervals(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sim", "compare", "--policies", "always_local,always_cloud", "--seeds", "3",
+                 "--duration", "200", "--workers", "2", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "mean ± 95% CI over 3 seed(s)" in out
+    lines = {ln.split()[0]: ln for ln in out.splitlines() if ln.startswith("always_")}
+    assert set(lines) == {"always_local", "always_cloud"} and "±" in lines["always_cloud"]
+    runs = json.loads((tmp_path / "compare.json").read_text())
+    assert len(runs) == 6
+    cloud = [r["summary"]["fleet"]["offload_share"] for r in runs
+             if r["label"]["policy"] == "always_cloud"]
+    assert cloud == [1.0, 1.0, 1.0]
+
+
+def test_sweep_runs_the_grid_on_a_process_pool(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sim", "sweep", "--param", "devices[0].link.uplink_mbps=2,50",
+                 "--param", "devices[0].workload.rate_hz=0.5,1.5", "--policies",
+                 "always_cloud", "--duration", "200", "--workers", "2", "--out", str(tmp_path)]) == 0
+    with open(tmp_path / "sweep.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 4
+    by = {(r["devices[0].link.uplink_mbps"], r["devices[0].workload.rate_hz"]): r for r in rows}
+    # a slower uplink makes offloaded requests slower
+    assert float(by[("2", "1.5")]["e2e_mean_s"]) > float(by[("50", "1.5")]["e2e_mean_s"])
+    assert "wrote" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["sim", "run", "--set", "devices[0].link.loss=3"],
+     "scenario.devices[0].link.loss: must be within [0, 1), got 3.0"),
+    (["sim", "run", "no-such-scenario.yaml"], "no-such-scenario.yaml: cannot read"),
+    (["sim", "run", "--policy", "yolo"], "policy.kind: unknown policy 'yolo'"),
+    (["sim", "compare", "--policies", "always_local,yolo"], "unknown policy 'yolo'"),
+    (["sim", "sweep"], "give at least one --param"),
+    (["sim", "sweep", "--param", "devices[9].count=1,2"], "is not an index"),
+    (["sim", "compare", "--ray", "--seeds", "1"], "ray is not installed"),
+])
+def test_user_errors_are_one_line_messages(argv: list[str], message: str,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*argv, "--duration", "10"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_profiles_and_policies_are_listed(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sim", "profiles"]) == 0
+    assert main(["sim", "policies"]) == 0
+    out = capsys.readouterr().out
+    assert "jetson-orin-nano" in out and "h100-qwen2-vl-7b" in out
+    assert "predicted_latency" in out and "frame_drop" in out
