@@ -1,8 +1,8 @@
 """Preprocessing speed: mm_preproc against the model's own preprocessing, on one core.
 
 For each image mix and pixel budget, every contender processes the same in-memory encoded
-images; contenders run in rotating order within each round (A B C … then B C … A), and each
-round yields one ratio per reference (reference time / our time over the whole mix). The table
+images, interleaved per image in rotating order (A B C …, then B C … A, …), and each round
+yields one ratio per reference (reference time / our time over the whole mix). The table
 shows images/s and the median ratio with min–max over the rounds. Contenders:
 
 * ``ours``            ``mm_preproc.preprocess(bytes)`` — auto backend, fast decode
@@ -180,15 +180,17 @@ def measure(
     names = list(table)
     for fn in table.values():  # warm-up: imports, lazy inits, caches
         fn(payloads[0])
-    times: dict[str, list[float]] = {n: [] for n in names}
+    # Interleave at the finest grain: every contender processes image i before any moves on to
+    # image i+1, in an order that rotates per image, so load changes on a shared machine hit
+    # all contenders alike. times[name][r] = that contender's time for the mix in round r.
+    times: dict[str, list[float]] = {n: [0.0] * rounds for n in names}
     for r in range(rounds):
-        order = names[r % len(names) :] + names[: r % len(names)]
-        for name in order:
-            fn = table[name]
-            start = time.perf_counter()
-            for data in payloads:
-                fn(data)
-            times[name].append(time.perf_counter() - start)
+        for i, data in enumerate(payloads):
+            shift = (r * len(payloads) + i) % len(names)
+            for name in names[shift:] + names[:shift]:
+                start = time.perf_counter()
+                table[name](data)
+                times[name][r] += time.perf_counter() - start
     ours = times["ours"]
     row = Row(
         mix, budget, max_pixels, len(payloads), rounds, len(payloads) / statistics.median(ours)
