@@ -207,6 +207,8 @@ class PreprocPool:
         Cancelling the awaiting task drops the job if it is still queued; if a worker already
         holds it, its result is discarded (and its segments released) when it arrives.
         """
+        if self.broken and not any(s.ready for s in self.slots):
+            raise PreprocFailed(ErrorKind.INTERNAL, self.broken)
         if not self.has_room():
             raise PoolFull()
         loop = asyncio.get_running_loop()
@@ -314,6 +316,10 @@ class PreprocPool:
         if slot.early_deaths >= MAX_EARLY_DEATHS:
             self.broken = (f"preprocessing worker {slot.index} died {slot.early_deaths} times "
                            f"before it was ready (last exit code {code})")
+            if not any(s.process is not None and s.process.is_alive() for s in self.slots):
+                for p in list(self._queue):  # nobody will ever take them
+                    self._finish(p, error=PreprocFailed(ErrorKind.INTERNAL, self.broken))
+                self._queue.clear()
             return
         slot.restarts += 1
         self._spawn(slot)

@@ -85,7 +85,10 @@ async def health(request: web.Request) -> web.Response:
         "engine": {"running": ctx.engine.state.running, "waiting": ctx.engine.state.waiting,
                    "aborted_total": ctx.engine.state.aborted_total},
     }
-    status = 503 if ctx.draining or ctx.engine.errored else 200
+    broken = getattr(p, "broken", None)
+    if broken:
+        body["error"] = broken
+    status = 503 if ctx.draining or ctx.engine.errored or broken else 200
     return web.json_response(body, status=status)
 
 
