@@ -14,7 +14,7 @@ from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Container
-from textual.events import Resize
+from textual.events import Key, Resize
 from textual.message import Message
 from textual.widgets import Footer, Input, Static
 
@@ -180,7 +180,8 @@ class TuiApp(App[int]):
         if self.filter:
             parts.append(f"filter: {self.filter}")
         parts.append("? help")
-        self.query_one("#status", Static).update(" │ ".join(p for p in parts if p))
+        # the status line has a fixed height: repaint it without a layout pass
+        self.query_one("#status", Static).update(" │ ".join(p for p in parts if p), layout=False)
 
     def _redraw(self) -> None:
         """Draw the last view again (after a filter or layout change), without polling."""
@@ -274,10 +275,9 @@ class TuiApp(App[int]):
         event.input.remove_class("-open")
         self._activate(Panel.WATERFALL)
 
-    def on_key(self, event: object) -> None:
-        key = getattr(event, "key", None)
+    def on_key(self, event: Key) -> None:
         box = self.query_one("#filter", Input)
-        if key == "escape" and box.has_class("-open"):
+        if event.key == "escape" and box.has_class("-open"):
             self.filter = ""
             box.remove_class("-open")
             self._activate(self.active)

@@ -22,7 +22,7 @@ from edgeserve.records import (
     TraceHeader,
     TraceWriter,
 )
-from tui.timeline import _measure, _subtract, _union
+from tui.intervals import measure, subtract, union
 
 TraceLine = RequestRecord | ResourceSample | DeviceSample
 
@@ -126,13 +126,13 @@ def samples(cfg: SyntheticConfig, recs: list[RequestRecord]) -> list[ResourceSam
             eng.append((max(lo, eq), min(hi, end)))
             cpu.append((max(lo, r.arrived_s), min(hi, r.normalize_end_s)))
 
-        e = _union([iv for iv in eng if iv[1] > iv[0]])
-        c = _union([iv for iv in cpu if iv[1] > iv[0]])
+        e = union([iv for iv in eng if iv[1] > iv[0]])
+        c = union([iv for iv in cpu if iv[1] > iv[0]])
         out.append(ResourceSample(
             t_s=t, preproc_queue=q, preproc_running=run, engine_waiting=ew, engine_running=er,
-            engine_busy=min(1.0, _measure(e)), stall_s=_measure(_subtract(c, e)),
+            engine_busy=min(1.0, measure(e)), stall_s=measure(subtract(c, e)),
             worker_busy=[min(1.0, b) for b in busy], worker_stage=stage,
-            process_cpu={"frontend": 12.0, "engine": 80.0 * min(1.0, _measure(e)),
+            process_cpu={"frontend": 12.0, "engine": 80.0 * min(1.0, measure(e)),
                          **{f"worker{i}": 100 * min(1.0, b) for i, b in enumerate(busy)}},
             process_rss_bytes={"frontend": 300 << 20, "engine": 1200 << 20},
             system_cpu_percent=min(100.0, 20 + 60 * sum(busy) / cfg.workers),

@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass, field
 
 from edgeserve.records import CPU_STAGES, RequestRecord, ResourceSample, Stage, stage_spans
+from tui.intervals import measure, subtract, union
 
 WORKER_STAGES = frozenset({Stage.DECODE, Stage.RESIZE, Stage.NORMALIZE, Stage.ENCODE})
 ENGINE_ROW = "engine"
@@ -218,8 +219,8 @@ class Timeline:
             if r is None:
                 return self._gap(k)
             if r.cached is None:
-                engine = _union(r.engine)
-                r.cached = (_measure(engine), _measure(_subtract(_union(r.cpu_wait), engine)))
+                engine = union(r.engine)
+                r.cached = (measure(engine), measure(subtract(union(r.cpu_wait), engine)))
             busy, stall = r.cached[0] / self.bucket_s, r.cached[1] / self.bucket_s
         busy, stall = min(1.0, busy), min(1.0, stall)
         if stall > 0 and stall >= self.stall_threshold:
@@ -227,36 +228,3 @@ class Timeline:
         cell = self._busy_cell(busy)
         return Cell(cell.state, busy=busy, stall=stall)
 
-
-def _union(iv: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[tuple[float, float]] = []
-    for a, b in sorted(iv):
-        if out and a <= out[-1][1]:
-            if b > out[-1][1]:
-                out[-1] = (out[-1][0], b)
-        else:
-            out.append((a, b))
-    return out
-
-
-def _subtract(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Disjoint sorted intervals ``a`` minus disjoint sorted intervals ``b``."""
-    out = []
-    j = 0
-    for lo, hi in a:
-        cur = lo
-        while j < len(b) and b[j][1] <= cur:
-            j += 1
-        i = j
-        while i < len(b) and b[i][0] < hi:
-            if b[i][0] > cur:
-                out.append((cur, b[i][0]))
-            cur = max(cur, b[i][1])
-            i += 1
-        if cur < hi:
-            out.append((cur, hi))
-    return out
-
-
-def _measure(iv: list[tuple[float, float]]) -> float:
-    return sum(b - a for a, b in iv)

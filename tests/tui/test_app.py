@@ -194,5 +194,5 @@ async def test_stock_vllm_server_panels_say_why_they_are_empty(vllm_like, host):
         await pilot.press("5")
         waterfall = app.panels()[Panel.WATERFALL]
         assert waterfall.has_class("-empty")
-        note = str(waterfall.render())
+        note = waterfall.drawing.plain
         assert "stock vLLM server publishes no per-request records" in note

@@ -130,4 +130,4 @@ async def test_a_stock_vllm_server_fills_what_its_metrics_allow(vllm_url: str, h
         assert snap.queues.engine_waiting == 0 and snap.queues.preproc_queue is None
         for panel in (Panel.WORKERS, Panel.TIMELINE, Panel.WATERFALL):
             assert app.panels()[panel].has_class("-empty")
-            assert "stock vLLM" in str(app.panels()[panel].render())
+            assert "stock vLLM" in app.panels()[panel].drawing.plain
