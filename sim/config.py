@@ -405,6 +405,7 @@ class WorkloadConfig:
     streams: int = 1
     deadline_s: float | None = None  # per-request deadline after arrival (periodic: default 1/fps)
     trace: str | None = None
+    trace_device: str | None = None  # replay: only records of this device (None: all)
     time_scale: float = 1.0  # replay: stretch inter-arrival times
     image: ImageConfig = field(default_factory=ImageConfig)
     text_tokens: int = 32
@@ -514,7 +515,8 @@ def available_profiles() -> list[str]:
 
 
 def inline_profiles(raw: Any, base_dir: Path | None = None) -> Any:
-    """Replace profile names in a raw scenario mapping by the profile mappings they name."""
+    """Replace profile names in a raw scenario mapping by the profile mappings they name, and
+    resolve replay trace paths relative to the scenario file."""
     if not isinstance(raw, dict):
         raise ConfigError(f"scenario: expected a mapping, got {type(raw).__name__}")
     raw = copy.deepcopy(raw)
@@ -523,6 +525,15 @@ def inline_profiles(raw: Any, base_dir: Path | None = None) -> Any:
         if not isinstance(entries, list):
             continue
         for i, entry in enumerate(entries):
+            wl = entry.get("workload") if isinstance(entry, dict) else None
+            if isinstance(wl, dict) and isinstance(wl.get("trace"), str):  # replay file
+                tp = Path(wl["trace"])
+                if not tp.is_absolute() and base_dir is not None and not tp.exists():
+                    tp = base_dir / tp
+                if not tp.exists():
+                    raise ConfigError(f"scenario.{section}[{i}].workload.trace: no such file "
+                                      f"{wl['trace']!r}")
+                wl["trace"] = str(tp)
             if isinstance(entry, dict) and isinstance(entry.get("profile"), str):
                 path = resolve_profile_path(entry["profile"], base_dir)
                 if not path.exists():

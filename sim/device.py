@@ -30,11 +30,18 @@ from typing import Any
 from edgeserve.records import DeviceSample, Outcome
 from sim.batching import BatchEngine
 from sim.cloud import CloudServer
-from sim.config import DeviceProfile, GovernorKind, LinkConfig, StageName, UnitKind
+from sim.config import (
+    CPU_STAGE_NAMES,
+    DeviceProfile,
+    GovernorKind,
+    LinkConfig,
+    StageName,
+    UnitKind,
+)
 from sim.job import Job
 from sim.loop import EventLoop
 from sim.network import Link
-from sim.service import Draws, ServiceTime
+from sim.service import Draws, ServiceTime, mean_of_sum
 from sim.thermal import PowerAllocatorGovernor, StepWiseGovernor, ThermalNode
 
 RADIO_W = 1.5  # assumed radio power while a transfer is on air (Wi-Fi/5G class)
@@ -81,6 +88,9 @@ class Device:
         self.normalize = ServiceTime(st[StageName.NORMALIZE].model, draws("normalize"))
         enc = st.get(StageName.ENCODE)
         self.encode = ServiceTime(enc.model, draws("encode")) if enc is not None else None
+        self._pre_mean_s = mean_of_sum(*(st[s].model for s in (*CPU_STAGE_NAMES, StageName.ENCODE)
+                                         if s in st))
+        self._enc_mean_s = 0.0  # running mean of encode times (queue-wait estimate)
         # units: index, servers, dynamic power
         names = list(profile.units)
         self.unit_names = names
@@ -203,11 +213,13 @@ class Device:
 
     def estimate_local_s(self, job: Job) -> float:
         """Predicted latency if ``job`` ran here now (queues, clock and batch included)."""
-        cpu = self.decode.mean_s(job) + self.resize.mean_s(job) + self.normalize.mean_s(job)
-        wait = len(self.cpu_queue) * self._cpu_mean_s / self.cores if self.cpu_queue else 0.0
-        enc = self.encode.mean_s(job) if self.encode is not None else 0.0
+        work = self._pre_mean_s(job)  # image decode + resize + normalize + encode
+        if self.cpu_queue:
+            work += len(self.cpu_queue) * self._cpu_mean_s / self.cores
+        if self.enc_queue:
+            work += len(self.enc_queue) * self._enc_mean_s / self.enc_servers
         engine = job.engine if job.engine is not None else self.engine
-        return (wait + cpu + enc) * self.scale + engine.estimate_s(job)
+        return work * self.scale + engine.estimate_s(job)
 
     def estimate_cloud_s(self, job: Job) -> float:
         """Predicted latency if ``job`` were offloaded now (``inf`` without a cloud server)."""
@@ -366,7 +378,9 @@ class Device:
         if newly_busy:
             self._enc_free -= 1
             self._busy_delta(self._enc_u, 1)
-        heappush(self._q, (self.loop.now + self.encode.sample(job) * self.scale, 1,
+        d = self.encode.sample(job)
+        self._enc_mean_s += 0.05 * (d - self._enc_mean_s)
+        heappush(self._q, (self.loop.now + d * self.scale, 1,
                            next(self._eid), self._enc_done, job))  # loop.after, inlined
 
     def _enc_done(self, arg: Any) -> None:

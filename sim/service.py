@@ -76,12 +76,21 @@ class Draws:
         return self._unif[i]
 
 
-def _linear(cfg: ServiceModelConfig) -> Callable[[Any], float]:
-    """Compile ``base_s + Σ per[f] · job.f`` into one small function."""
-    terms = [f"{c!r} * job.{f}" for f, c in cfg.per.items()
-             if f in FEATURES[:5] and c != 0.0]
-    src = f"lambda job: {cfg.base_s!r}" + "".join(f" + {t}" for t in terms)
+def _linear(*cfgs: ServiceModelConfig) -> Callable[[Any], float]:
+    """Compile ``Σ (base_s + Σ per[f] · job.f)`` over the models into one small function."""
+    coef: dict[str, float] = {}
+    for cfg in cfgs:
+        for f, c in cfg.per.items():
+            if f in FEATURES[:5] and c != 0.0:
+                coef[f] = coef.get(f, 0.0) + c
+    base = sum(cfg.base_s for cfg in cfgs)
+    src = f"lambda job: {base!r}" + "".join(f" + {c!r} * job.{f}" for f, c in coef.items())
     return eval(src, {})  # a lambda of validated floats and feature names
+
+
+def mean_of_sum(*models: ServiceModelConfig) -> Callable[[Any], float]:
+    """One function for the summed means of several stages (what a latency estimate needs)."""
+    return _linear(*models)
 
 
 class ServiceTime:

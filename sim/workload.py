@@ -125,7 +125,8 @@ def _replay(cfg: WorkloadConfig) -> Iterator[Arrival]:
     assert cfg.trace is not None
     rows: list[tuple[float, int, int, int, int, int]] = []
     for item in read_trace(cfg.trace):
-        if isinstance(item, RequestRecord):
+        if isinstance(item, RequestRecord) and (
+                cfg.trace_device is None or item.device == cfg.trace_device):
             text = max(0, item.prompt_tokens - item.image_tokens)
             rows.append((item.arrived_s, item.source_width, item.source_height,
                          item.image_bytes, text, max(1, item.output_tokens or item.max_tokens)))

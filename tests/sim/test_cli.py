@@ -80,3 +80,28 @@ def test_profiles_and_policies_are_listed(capsys: pytest.CaptureFixture[str]) ->
     out = capsys.readouterr().out
     assert "jetson-orin-nano" in out and "h100-qwen2-vl-7b" in out
     assert "predicted_latency" in out and "frame_drop" in out
+
+
+def test_a_recorded_trace_replays_with_the_same_arrivals(tmp_path: Path) -> None:
+    assert main(["sim", "run", "--duration", "120", "--trace", str(tmp_path / "rec.jsonl"),
+                 "--no-progress"]) == 0
+    original = sorted(r.arrived_s for r in read_trace(tmp_path / "rec.jsonl")
+                      if isinstance(r, RequestRecord) and r.device == "phone")
+    (tmp_path / "replay.yaml").write_text(
+        "name: replay\nduration_s: 1000\npolicy: {kind: always_local}\n"
+        "devices:\n  - name: phone\n    profile: phone-soc\n"
+        "    workload: {kind: replay, trace: rec.jsonl, trace_device: phone}\n")
+    assert main(["sim", "run", str(tmp_path / "replay.yaml"), "--trace",
+                 str(tmp_path / "again.jsonl"), "--no-progress"]) == 0
+    again = sorted(r.arrived_s for r in read_trace(tmp_path / "again.jsonl")
+                   if isinstance(r, RequestRecord))
+    assert len(again) == len(original) > 5
+    assert again == pytest.approx([t - original[0] for t in original])
+
+
+def test_a_missing_replay_trace_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "s.yaml").write_text(
+        "name: r\nduration_s: 10\ndevices:\n  - name: d\n    profile: phone-soc\n"
+        "    workload: {kind: replay, trace: gone.jsonl}\n")
+    assert main(["sim", "run", str(tmp_path / "s.yaml")]) == 2
+    assert "scenario.devices[0].workload.trace: no such file 'gone.jsonl'" in capsys.readouterr().err
