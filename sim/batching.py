@@ -109,10 +109,11 @@ class BatchEngine:
     def estimate_s(self, job: Job) -> float:
         """Rough time from submission to last token for ``job`` given the current state."""
         m = self.model
-        b = len(self.running) + len(self.waiting) + 1
-        step = m.step_s(min(b, self.max_batch), self.context_tokens() + job.prompt_tokens) \
-            * self.clock_scale
-        if self.running and self.tpot_s > step:  # decode is being paused by others' prefills
+        running = len(self.running)
+        b = running + len(self.waiting) + 1
+        ctx = self.sum_prompt + running * self.steps - self.sum_join + job.prompt_tokens
+        step = m.step_s(b if b < self.max_batch else self.max_batch, int(ctx)) * self.clock_scale
+        if running and self.tpot_s > step:  # decode is being paused by others' prefills
             step = self.tpot_s  # (measured on recent requests; ignored once the batch is empty)
         queued = self.waiting_prefill_s
         if self.prefilling is not None:

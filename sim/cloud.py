@@ -84,7 +84,11 @@ class Roofline:
         return (mem if mem > comp else comp) + self.overhead_s
 
     def prefill_s(self, job: Job) -> float:
-        return self.prefill_tokens_s(job.prompt_tokens) + self.encode_s_per_token * job.image_tokens
+        tokens = job.prompt_tokens
+        mem = (self.weights_b + self.kv_per_token * tokens) / self.bw_b_s
+        comp = self.flops_per_token * tokens / self.flops_s
+        return (mem if mem > comp else comp) + self.overhead_s \
+            + self.encode_s_per_token * job.image_tokens
 
 
 class CloudServer:
@@ -119,7 +123,9 @@ class CloudServer:
         self._pick().submit(arg)
 
     def estimate_s(self, job: Job) -> float:
-        return self.preprocess_s(job) + self._pick().estimate_s(job)
+        reps = self.replicas
+        engine = reps[0] if len(reps) == 1 else self._pick()
+        return job.source_pixels * self.preprocess_s_per_pixel + engine.estimate_s(job)
 
     @property
     def load(self) -> int:

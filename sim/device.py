@@ -48,19 +48,17 @@ RADIO_W = 1.5  # assumed radio power while a transfer is on air (Wi-Fi/5G class)
 
 
 class LocalModel:
-    """Prefill and decode-step times of the device's engine, from its stage models."""
+    """Prefill and decode-step times of the device's engine, from its stage models.
 
-    __slots__ = ("prefill", "step")
+    ``prefill_s(job)`` and ``step_s(batch, context_tokens)`` are the models' own compiled
+    functions, bound as attributes (no wrapper call on the hot path).
+    """
+
+    __slots__ = ("prefill_s", "step_s")
 
     def __init__(self, prefill: ServiceTime, step: ServiceTime) -> None:
-        self.prefill = prefill
-        self.step = step
-
-    def prefill_s(self, job: Job) -> float:
-        return self.prefill.mean_s(job)
-
-    def step_s(self, batch: int, context_tokens: int) -> float:
-        return self.step.step_mean_s(batch, context_tokens)
+        self.prefill_s: Callable[[Job], float] = prefill.mean_s
+        self.step_s: Callable[[int, int], float] = step.step_mean_s
 
 
 class Device:
@@ -225,11 +223,10 @@ class Device:
         """Predicted latency if ``job`` were offloaded now (``inf`` without a cloud server)."""
         if self.cloud is None:
             return math.inf
-        now = self.loop.now
         lc = self.link_cfg
-        up = self.link.estimate_up_s(job.rec.image_bytes + lc.request_overhead_bytes, now)
-        down = self.link.estimate_down_s(job.output_tokens * lc.response_bytes_per_token + 500)
-        return up + self.cloud.estimate_s(job) + down
+        return self.link.estimate_s(job.rec.image_bytes + lc.request_overhead_bytes,
+                                    job.output_tokens * lc.response_bytes_per_token + 500,
+                                    self.loop.now) + self.cloud.estimate_s(job)
 
     # ---- power, heat, clock ----------------------------------------------------------------
     def _integrate(self, now: float) -> None:
@@ -254,7 +251,27 @@ class Device:
         cap = self._cap[unit]
         if (b < cap) if delta > 0 else (b <= cap):  # beyond cap: shared unit already counted
             self._dyn_busy_w += delta * self._dyn_w[unit]
-            self._power_changed()
+            # _power_changed, inlined: this runs several times per request
+            now = self.loop.now
+            dt = now - self._t_last
+            th = self.thermal
+            if dt > 0.0:  # _integrate under the old power
+                p = self.power_w
+                self.energy_j += p * dt
+                self._dyn_nominal_j += (p - self.static_w) / self._ps * dt
+                if self.level:
+                    self.throttled_s += dt
+                self._t_last = now
+                ss = th.ambient_c + p * th.r_c_per_w
+                th.temp_c = ss + (th.temp_c - ss) * math.exp(-dt / th.tau_s)
+                th.t_s = now
+            self.power_w = p = self.static_w + self._dyn_busy_w * self._ps
+            if self._stepwise:  # plan a trip crossing only if the new steady state is beyond one
+                gov = self.stepwise
+                a = gov.active
+                ss = th.ambient_c + p * th.r_c_per_w
+                if (a < gov.n_trips and ss > gov.trip_c[a]) or (a and ss < gov.release_c[a - 1]):
+                    self._plan_thermal()
 
     def _power_changed(self) -> None:
         self._integrate(self.loop.now)
