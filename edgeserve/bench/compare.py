@@ -130,9 +130,15 @@ class ServerProcess:
                 await asyncio.sleep(1.0)
         raise RuntimeError(f"server not ready after {timeout_s:.0f} s; see {self.log_path}")
 
-    def stop(self, grace_s: float = 30.0) -> None:
-        """SIGINT the process group, then SIGTERM, then SIGKILL."""
-        for sig, wait_s in ((signal.SIGINT, grace_s), (signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+    def stop(self, grace_s: float = 40.0) -> None:
+        """SIGTERM the process group (both servers drain and exit on it), then SIGKILL.
+
+        SIGTERM rather than SIGINT: a process started in the background by a shell inherits an
+        ignored SIGINT, and so would the servers started from it.
+        """
+        if self._log.closed:
+            return
+        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
             if self.proc.poll() is not None:
                 break
             try:
@@ -286,6 +292,13 @@ def save(result: CompareResult, out_dir: Path) -> list[Path]:
     return paths
 
 
+_running: list[ServerProcess] = []  # servers to stop if the comparison is interrupted
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 async def _compare(config: CompareConfig, log: Any) -> CompareResult:
     result = CompareResult()
     base_url = f"http://127.0.0.1:{config.port}"
@@ -313,6 +326,7 @@ async def _compare(config: CompareConfig, log: Any) -> CompareResult:
                 f"{config.server_cores or '(all)'} {shlex.join(argv)}")
             server = ServerProcess(argv, config.server_cores,
                                    config.out_dir / "logs" / f"{kind}-r{rnd + 1}.log", env)
+            _running.append(server)
             try:
                 t0 = time.monotonic()
                 await server.wait_ready(base_url, config.startup_timeout_s)
@@ -326,6 +340,7 @@ async def _compare(config: CompareConfig, log: Any) -> CompareResult:
                 log(f"  {kind} failed: {e}")
             finally:
                 server.stop()
+                _running.remove(server)
             save(result, config.out_dir)  # partial results survive an interrupted comparison
     return result
 
@@ -338,7 +353,14 @@ def run_compare(config: CompareConfig, log: Any = None) -> int:
         os.sched_setaffinity(0, cores)
     log(f"load generator on cores {sorted(os.sched_getaffinity(0))}; servers on "
         f"{config.server_cores or 'all cores'}; {os.cpu_count()} cores on this host")
-    result = asyncio.run(_compare(config, log))
+    # Ctrl-C and SIGTERM both end the comparison through KeyboardInterrupt, stopping the server
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        result = asyncio.run(_compare(config, log))
+    finally:
+        for server in list(_running):
+            server.stop(grace_s=10.0)
     paths = save(result, config.out_dir)
     log(format_summary_table(result))
     for p in paths:

@@ -230,12 +230,13 @@ def run_cmd(args: argparse.Namespace) -> int:
     from edgeserve.bench.run import RunConfig, run_benchmark
 
     try:
-        num = args.num_prompts if args.num_prompts is not None or args.duration is None else None
+        num = args.num_prompts if args.num_prompts is not None else (
+            100 if args.duration is None else None)
         arrivals = ArrivalConfig(
             rate_rps=args.request_rate,
             burstiness=args.burstiness,
             max_concurrency=args.max_concurrency,
-            num_requests=(num or 100) if args.duration is None else None,
+            num_requests=num,
             duration_s=args.duration,
             seed=args.seed,
         )
