@@ -6,7 +6,7 @@ Two processes besides this one, each pinned to its own core when there are two:
   records a second (each with OUTPUT_TOKENS token timestamps, in batches every 50 ms) and one
   resource sample a second, plus a vLLM-style ``/metrics``;
 * the UI (:class:`tui.app.TuiApp` with a :class:`tui.sources.live.LiveSource`), headless, full
-  layout at 160×48, refreshing every ``--refresh`` seconds.
+  layout at 160×48 (``--layout compact``: 80×24), refreshing every ``--refresh`` seconds.
 
 The UI's CPU time (user + system, from psutil) is read after a warm-up and again DURATION seconds
 later. The reference, measured in the same run and alternated with it, is the same UI watching a
@@ -59,21 +59,42 @@ def run_server(port: int, rate: float) -> None:
                 t0 = now - 0.5
                 toks = [t0 + 0.1 + 0.01 * k for k in range(OUTPUT_TOKENS)]
                 rec = RequestRecord(
-                    id=f"req-{n}", worker=n % 4, arrived_s=t0, preproc_queued_s=t0,
-                    preproc_start_s=t0 + 0.01, decode_end_s=t0 + 0.03, resize_end_s=t0 + 0.04,
-                    normalize_end_s=t0 + 0.05, preproc_end_s=t0 + 0.05, engine_queued_s=t0 + 0.05,
-                    first_token_s=toks[0], token_times_s=toks, last_token_s=toks[-1],
-                    finished_s=toks[-1], output_tokens=OUTPUT_TOKENS, prompt_tokens=660,
-                    image_tokens=638, image_bytes=200_000, num_images=1,
+                    id=f"req-{n}",
+                    worker=n % 4,
+                    arrived_s=t0,
+                    preproc_queued_s=t0,
+                    preproc_start_s=t0 + 0.01,
+                    decode_end_s=t0 + 0.03,
+                    resize_end_s=t0 + 0.04,
+                    normalize_end_s=t0 + 0.05,
+                    preproc_end_s=t0 + 0.05,
+                    engine_queued_s=t0 + 0.05,
+                    first_token_s=toks[0],
+                    token_times_s=toks,
+                    last_token_s=toks[-1],
+                    finished_s=toks[-1],
+                    output_tokens=OUTPUT_TOKENS,
+                    prompt_tokens=660,
+                    image_tokens=638,
+                    image_bytes=200_000,
+                    num_images=1,
                 )
                 chunk.append(b"data: " + encode(rec) + b"\n")
             if now >= next_sample:
                 next_sample += 1.0
-                s = ResourceSample(t_s=now, preproc_queue=3, preproc_running=4, engine_waiting=1,
-                                   engine_running=8, engine_busy=0.9, stall_s=0.05,
-                                   worker_busy=[0.8, 0.7, 0.9, 0.6],
-                                   worker_stage=["decode", "resize", "", "normalize"],
-                                   system_cpu_percent=70.0, system_mem_percent=40.0)
+                s = ResourceSample(
+                    t_s=now,
+                    preproc_queue=3,
+                    preproc_running=4,
+                    engine_waiting=1,
+                    engine_running=8,
+                    engine_busy=0.9,
+                    stall_s=0.05,
+                    worker_busy=[0.8, 0.7, 0.9, 0.6],
+                    worker_stage=["decode", "resize", "", "normalize"],
+                    system_cpu_percent=70.0,
+                    system_mem_percent=40.0,
+                )
                 chunk.append(b"data: " + encode(s) + b"\n")
             if chunk:
                 try:
@@ -102,23 +123,28 @@ def run_server(port: int, rate: float) -> None:
 
 
 # ---- the UI (child process) ----------------------------------------------------------------
-def run_ui(url: str, seconds: float, refresh_s: float, out: str) -> None:
+def run_ui(url: str, seconds: float, refresh_s: float, out: str, layout: str) -> None:
     from tui.app import TuiApp
     from tui.config import Layout, TuiConfig
     from tui.sources.live import LiveSource
 
-    app = TuiApp(LiveSource(url), TuiConfig(refresh_s=refresh_s, layout=Layout.FULL))
+    lay = Layout(layout)
+    app = TuiApp(LiveSource(url), TuiConfig(refresh_s=refresh_s, layout=lay))
 
     def done() -> None:
-        Path(out).write_text(json.dumps({
-            "events": app.source.events_received,  # type: ignore[attr-defined]
-            "finished": app.state.finished_total,
-            "refreshes": app.refreshes,
-        }))
+        Path(out).write_text(
+            json.dumps(
+                {
+                    "events": app.source.events_received,  # type: ignore[attr-defined]
+                    "finished": app.state.finished_total,
+                    "refreshes": app.refreshes,
+                }
+            )
+        )
         app.exit()
 
     app.call_later(lambda: app.set_timer(seconds, done))
-    app.run(headless=True, size=(160, 48))
+    app.run(headless=True, size=(160, 48) if lay is Layout.FULL else (80, 24))
 
 
 # ---- the measurement -----------------------------------------------------------------------
@@ -146,15 +172,30 @@ def wait_listening(port: int, timeout_s: float = 20.0) -> None:
     raise RuntimeError(f"event server did not start on port {port}")
 
 
-def measure(rate: float, duration_s: float, warmup_s: float, refresh_s: float,
-            cores: tuple[int | None, int | None]) -> dict[str, float]:
+def measure(
+    rate: float,
+    duration_s: float,
+    warmup_s: float,
+    refresh_s: float,
+    cores: tuple[int | None, int | None],
+    layout: str,
+) -> dict[str, float]:
     port = free_port()
     server = spawn(["--_server", str(port), str(rate)], cores[0])
     out = ROOT / f".tui_cpu_{os.getpid()}_{rate:g}.json"
     try:
         wait_listening(port)
-        ui = spawn(["--_ui", f"http://127.0.0.1:{port}", str(warmup_s + duration_s + 2),
-                    str(refresh_s), str(out)], cores[1])
+        ui = spawn(
+            [
+                "--_ui",
+                f"http://127.0.0.1:{port}",
+                str(warmup_s + duration_s + 2),
+                str(refresh_s),
+                str(out),
+                layout,
+            ],
+            cores[1],
+        )
         proc = psutil.Process(ui.pid)
         srv = psutil.Process(server.pid)
         time.sleep(warmup_s)
@@ -179,7 +220,7 @@ def main() -> int:
         run_server(int(sys.argv[2]), float(sys.argv[3]))
         return 0
     if len(sys.argv) > 1 and sys.argv[1] == "--_ui":
-        run_ui(sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), sys.argv[5])
+        run_ui(sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), sys.argv[5], sys.argv[6])
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rate", type=float, default=200.0, help="request records per second")
@@ -187,30 +228,44 @@ def main() -> int:
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds before measuring")
     ap.add_argument("--refresh", type=float, default=1.0, help="UI refresh interval")
     ap.add_argument("--rounds", type=int, default=2, help="alternating idle/loaded pairs")
+    ap.add_argument(
+        "--layout",
+        choices=["full", "compact"],
+        default="full",
+        help="full: all panels at 160x48 (the worst case); compact: one panel, 80x24",
+    )
     args = ap.parse_args()
 
     ncpu = len(os.sched_getaffinity(0))
     cores: tuple[int | None, int | None] = (0, 1) if ncpu >= 2 else (None, None)
-    print(f"machine: {ncpu} cores available, {psutil.cpu_count()} total; event server on core "
-          f"{cores[0]}, UI on core {cores[1]}; UI: full layout 160x48, headless, "
-          f"refresh {args.refresh:g} s; {args.rate:g} requests/s with {OUTPUT_TOKENS} tokens each")
+    print(
+        f"machine: {ncpu} cores available, {psutil.cpu_count()} total; event server on core "
+        f"{cores[0]}, UI on core {cores[1]}; UI: {args.layout} layout, headless, "
+        f"refresh {args.refresh:g} s; {args.rate:g} requests/s with {OUTPUT_TOKENS} tokens each"
+    )
     idle, loaded = [], []
     for r in range(args.rounds):
         for rate, bucket in ((0.0, idle), (args.rate, loaded)):
-            res = measure(rate, args.duration, args.warmup, args.refresh, cores)
+            res = measure(rate, args.duration, args.warmup, args.refresh, cores, args.layout)
             bucket.append(res)
-            print(f"round {r + 1} rate {rate:>5g}/s: UI {res['ui_cpu_percent']:.2f} % of a core, "
-                  f"server {res['server_cpu_percent']:.1f} %, {res['events']} events, "
-                  f"{res['finished']} requests folded, {res['refreshes']} refreshes")
+            print(
+                f"round {r + 1} rate {rate:>5g}/s: UI {res['ui_cpu_percent']:.2f} % of a core, "
+                f"server {res['server_cpu_percent']:.1f} %, {res['events']} events, "
+                f"{res['finished']} requests folded, {res['refreshes']} refreshes"
+            )
     ui_idle = statistics.median(r["ui_cpu_percent"] for r in idle)
     ui_loaded = statistics.median(r["ui_cpu_percent"] for r in loaded)
     print()
     print(f"UI CPU, idle server (reference):  {ui_idle:.2f} % of one core (median)")
-    print(f"UI CPU, {args.rate:g} requests/s:         {ui_loaded:.2f} % of one core (median); "
-          f"min {min(r['ui_cpu_percent'] for r in loaded):.2f}, "
-          f"max {max(r['ui_cpu_percent'] for r in loaded):.2f}")
-    print(f"cost of the events: {ui_loaded - ui_idle:+.2f} points; loaded/idle ratio "
-          f"{ui_loaded / ui_idle if ui_idle > 0 else float('inf'):.2f}")
+    print(
+        f"UI CPU, {args.rate:g} requests/s:         {ui_loaded:.2f} % of one core (median); "
+        f"min {min(r['ui_cpu_percent'] for r in loaded):.2f}, "
+        f"max {max(r['ui_cpu_percent'] for r in loaded):.2f}"
+    )
+    print(
+        f"cost of the events: {ui_loaded - ui_idle:+.2f} points; loaded/idle ratio "
+        f"{ui_loaded / ui_idle if ui_idle > 0 else float('inf'):.2f}"
+    )
     verdict = "within" if ui_loaded <= BUDGET_PERCENT else "OVER"
     print(f"budget: {BUDGET_PERCENT:g} % of one core at 1 Hz → {verdict} budget")
     return 0 if ui_loaded <= BUDGET_PERCENT else 1

@@ -83,8 +83,9 @@ class PsutilProbe:
                 mem = nv.nvmlDeviceGetMemoryInfo(h)
                 name = nv.nvmlDeviceGetName(h)
                 temp = nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)
-                out.append(GpuStats(str(name), float(util.gpu), int(mem.used), int(mem.total),
-                                    float(temp)))
+                out.append(
+                    GpuStats(str(name), float(util.gpu), int(mem.used), int(mem.total), float(temp))
+                )
         except Exception as e:  # a GPU that went away mid-run
             self._gpu_note = f"NVML error: {e}"
             return ()

@@ -19,7 +19,9 @@ def union(iv: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return out
 
 
-def subtract(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[tuple[float, float]]:
+def subtract(
+    a: list[tuple[float, float]], b: list[tuple[float, float]]
+) -> list[tuple[float, float]]:
     """Disjoint sorted intervals ``a`` minus disjoint sorted intervals ``b``."""
     out = []
     j = 0

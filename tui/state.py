@@ -131,8 +131,15 @@ class Snapshot:
 def event_time(item: Item) -> float:
     """When an item happened on the source's clock: a sample's time, a request's last stamp."""
     if isinstance(item, RequestRecord):
-        for t in (item.finished_s, item.last_token_s, item.first_token_s, item.engine_queued_s,
-                  item.preproc_end_s, item.preproc_start_s, item.preproc_queued_s):
+        for t in (
+            item.finished_s,
+            item.last_token_s,
+            item.first_token_s,
+            item.engine_queued_s,
+            item.preproc_end_s,
+            item.preproc_start_s,
+            item.preproc_queued_s,
+        ):
             if t is not None:
                 return t
         return item.arrived_s
@@ -150,8 +157,14 @@ def matches(rec: RequestRecord, query: str) -> bool:
     """
     hay = " ".join(
         str(x)
-        for x in (rec.id, rec.outcome.value, rec.device, rec.placement, rec.error,
-                  f"w{rec.worker}" if rec.worker is not None else None)
+        for x in (
+            rec.id,
+            rec.outcome.value,
+            rec.device,
+            rec.placement,
+            rec.error,
+            f"w{rec.worker}" if rec.worker is not None else None,
+        )
         if x is not None
     ).lower()
     for word in query.lower().split():
@@ -259,7 +272,9 @@ class PipelineState:
         step.finished += 1
         if r.outcome is not Outcome.OK:
             step.errors[r.outcome.value] = step.errors.get(r.outcome.value, 0) + 1
-            self._last_errors.append(f"{r.id}: {r.outcome.value}" + (f" ({r.error})" if r.error else ""))
+            self._last_errors.append(
+                f"{r.id}: {r.outcome.value}" + (f" ({r.error})" if r.error else "")
+            )
         if r.ttft_s is not None:
             self._pending_ttft.setdefault(k, []).append(r.ttft_s)
         itl = r.itl_s()
@@ -317,8 +332,10 @@ class PipelineState:
         k = math.floor(self.now_s / step)
         if self._hist_step is None:
             # first look (or after a seek): rebuild the history the kept windows still allow
-            first = max(k - min(self.config.history_len, self._keep_steps) + 1,
-                        math.floor(self._first_s / step) if self._first_s is not None else k)
+            first = max(
+                k - min(self.config.history_len, self._keep_steps) + 1,
+                math.floor(self._first_s / step) if self._first_s is not None else k,
+            )
         else:
             first = max(self._hist_step + 1, k - self.config.history_len + 1)
         for j in range(first, k + 1):
@@ -328,8 +345,11 @@ class PipelineState:
     def _record_history(self, t: float) -> None:
         o = self._overview_at(t, with_history=False)
         points = {
-            "rps": o.requests_per_s, "ttft_p50": o.ttft_p50_s, "ttft_p99": o.ttft_p99_s,
-            "itl_p50": o.itl_p50_s, "itl_p99": o.itl_p99_s,
+            "rps": o.requests_per_s,
+            "ttft_p50": o.ttft_p50_s,
+            "ttft_p99": o.ttft_p99_s,
+            "itl_p50": o.itl_p50_s,
+            "itl_p99": o.itl_p99_s,
         }
         for key, v in points.items():
             h = self._hist.setdefault(key, deque(maxlen=self.config.history_len))
@@ -354,9 +374,14 @@ class PipelineState:
             seen = self.finished_total > 0
             return Overview(
                 requests_per_s=finished / c.rate_window_s if seen else None,
-                ttft_p50_s=ttft[0], ttft_p99_s=ttft[1], itl_p50_s=itl[0], itl_p99_s=itl[1],
-                errors=sum(errors.values()), errors_by_outcome=errors,
-                finished_total=self.finished_total, last_errors=tuple(self._last_errors),
+                ttft_p50_s=ttft[0],
+                ttft_p99_s=ttft[1],
+                itl_p50_s=itl[0],
+                itl_p99_s=itl[1],
+                errors=sum(errors.values()),
+                errors_by_outcome=errors,
+                finished_total=self.finished_total,
+                last_errors=tuple(self._last_errors),
                 history=hist,
             )
         return self._overview_from_metrics(hist)
@@ -368,7 +393,11 @@ class PipelineState:
         errors = 0
         if new.requests_total is not None and old is not new and new.t_s > old.t_s:
             rate_old = next(
-                (m for m in reversed(self._metrics) if m.t_s <= new.t_s - self.config.rate_window_s),
+                (
+                    m
+                    for m in reversed(self._metrics)
+                    if m.t_s <= new.t_s - self.config.rate_window_s
+                ),
                 old,
             )
             if rate_old is not new and rate_old.requests_total is not None:
@@ -381,10 +410,15 @@ class PipelineState:
         itl = bucket_delta(new.itl_buckets, old.itl_buckets if old is not new else ())
         return Overview(
             requests_per_s=rps,
-            ttft_p50_s=histogram_quantile(0.5, ttft), ttft_p99_s=histogram_quantile(0.99, ttft),
-            itl_p50_s=histogram_quantile(0.5, itl), itl_p99_s=histogram_quantile(0.99, itl),
-            errors=errors, errors_by_outcome={"error/abort": errors} if errors else {},
-            finished_total=round(new.requests_total or 0), last_errors=(), history=hist,
+            ttft_p50_s=histogram_quantile(0.5, ttft),
+            ttft_p99_s=histogram_quantile(0.99, ttft),
+            itl_p50_s=histogram_quantile(0.5, itl),
+            itl_p99_s=histogram_quantile(0.99, itl),
+            errors=errors,
+            errors_by_outcome={"error/abort": errors} if errors else {},
+            finished_total=round(new.requests_total or 0),
+            last_errors=(),
+            history=hist,
         )
 
     def _queues_now(self) -> Queues:
@@ -392,15 +426,18 @@ class PipelineState:
         s = self._resources
         if s is not None:
             kv = self._metrics[-1].kv_cache_usage if self._metrics else None
-            return Queues(s.preproc_queue, s.preproc_running, s.engine_waiting, s.engine_running,
-                          kv, hist)
+            return Queues(
+                s.preproc_queue, s.preproc_running, s.engine_waiting, s.engine_running, kv, hist
+            )
         if self._metrics:
             m = self._metrics[-1]
             return Queues(
-                None, None,
+                None,
+                None,
                 None if m.waiting is None else round(m.waiting),
                 None if m.running is None else round(m.running),
-                m.kv_cache_usage, hist,
+                m.kv_cache_usage,
+                hist,
             )
         return Queues(None, None, None, None, None, hist)
 

@@ -67,27 +67,60 @@ def requests(cfg: SyntheticConfig) -> list[RequestRecord]:
         eq = nrm + 0.0005
         rid = f"req-{n:06d}"
         if cfg.fail_every and n % cfg.fail_every == 0:
-            out.append(RequestRecord(
-                id=rid, outcome=Outcome.FAILED, error="engine error: out of KV blocks",
-                worker=w, arrived_s=t, preproc_queued_s=t, preproc_start_s=start, decode_end_s=dec,
-                resize_end_s=rsz, normalize_end_s=nrm, preproc_end_s=nrm, engine_queued_s=eq,
-                finished_s=eq + 0.01, image_bytes=int(scale * 200_000), num_images=1,
-            ))
+            out.append(
+                RequestRecord(
+                    id=rid,
+                    outcome=Outcome.FAILED,
+                    error="engine error: out of KV blocks",
+                    worker=w,
+                    arrived_s=t,
+                    preproc_queued_s=t,
+                    preproc_start_s=start,
+                    decode_end_s=dec,
+                    resize_end_s=rsz,
+                    normalize_end_s=nrm,
+                    preproc_end_s=nrm,
+                    engine_queued_s=eq,
+                    finished_s=eq + 0.01,
+                    image_bytes=int(scale * 200_000),
+                    num_images=1,
+                )
+            )
             continue
         ft = eq + cfg.prefill_s * rng.uniform(0.8, 1.5)
         tokens = [ft]
         for _ in range(cfg.output_tokens - 1):
             tokens.append(tokens[-1] + cfg.itl_s * rng.uniform(0.8, 1.3))
-        out.append(RequestRecord(
-            id=rid, worker=w, device="host", placement="local",
-            image_bytes=int(scale * 200_000), num_images=1, source_width=int(1024 * scale ** 0.5),
-            source_height=int(768 * scale ** 0.5), target_width=812, target_height=616,
-            image_tokens=638, prompt_tokens=660, output_tokens=cfg.output_tokens,
-            max_tokens=cfg.output_tokens, arrived_s=t, preproc_queued_s=t, preproc_start_s=start,
-            decode_end_s=dec, resize_end_s=rsz, normalize_end_s=nrm, preproc_end_s=nrm,
-            engine_queued_s=eq, first_token_s=ft, token_times_s=tokens, last_token_s=tokens[-1],
-            finished_s=tokens[-1] + 0.001,
-        ))
+        out.append(
+            RequestRecord(
+                id=rid,
+                worker=w,
+                device="host",
+                placement="local",
+                image_bytes=int(scale * 200_000),
+                num_images=1,
+                source_width=int(1024 * scale**0.5),
+                source_height=int(768 * scale**0.5),
+                target_width=812,
+                target_height=616,
+                image_tokens=638,
+                prompt_tokens=660,
+                output_tokens=cfg.output_tokens,
+                max_tokens=cfg.output_tokens,
+                arrived_s=t,
+                preproc_queued_s=t,
+                preproc_start_s=start,
+                decode_end_s=dec,
+                resize_end_s=rsz,
+                normalize_end_s=nrm,
+                preproc_end_s=nrm,
+                engine_queued_s=eq,
+                first_token_s=ft,
+                token_times_s=tokens,
+                last_token_s=tokens[-1],
+                finished_s=tokens[-1] + 0.001,
+            )
+        )
     out.sort(key=lambda r: r.finished_s or r.arrived_s)
     return out
 
@@ -128,16 +161,27 @@ def samples(cfg: SyntheticConfig, recs: list[RequestRecord]) -> list[ResourceSam
 
         e = union([iv for iv in eng if iv[1] > iv[0]])
         c = union([iv for iv in cpu if iv[1] > iv[0]])
-        out.append(ResourceSample(
-            t_s=t, preproc_queue=q, preproc_running=run, engine_waiting=ew, engine_running=er,
-            engine_busy=min(1.0, measure(e)), stall_s=measure(subtract(c, e)),
-            worker_busy=[min(1.0, b) for b in busy], worker_stage=stage,
-            process_cpu={"frontend": 12.0, "engine": 80.0 * min(1.0, measure(e)),
-                         **{f"worker{i}": 100 * min(1.0, b) for i, b in enumerate(busy)}},
-            process_rss_bytes={"frontend": 300 << 20, "engine": 1200 << 20},
-            system_cpu_percent=min(100.0, 20 + 60 * sum(busy) / cfg.workers),
-            system_mem_percent=41.5,
-        ))
+        out.append(
+            ResourceSample(
+                t_s=t,
+                preproc_queue=q,
+                preproc_running=run,
+                engine_waiting=ew,
+                engine_running=er,
+                engine_busy=min(1.0, measure(e)),
+                stall_s=measure(subtract(c, e)),
+                worker_busy=[min(1.0, b) for b in busy],
+                worker_stage=stage,
+                process_cpu={
+                    "frontend": 12.0,
+                    "engine": 80.0 * min(1.0, measure(e)),
+                    **{f"worker{i}": 100 * min(1.0, b) for i, b in enumerate(busy)},
+                },
+                process_rss_bytes={"frontend": 300 << 20, "engine": 1200 << 20},
+                system_cpu_percent=min(100.0, 20 + 60 * sum(busy) / cfg.workers),
+                system_mem_percent=41.5,
+            )
+        )
     return out
 
 
@@ -149,12 +193,21 @@ def devices(cfg: SyntheticConfig) -> list[DeviceSample]:
         for k in range(1, int(cfg.duration_s) + 1):
             temp += (0.9 if (k % 40) < 25 else -1.2) * (1 + 0.3 * d)
             level = 2 if temp >= 85 else 1 if temp >= 70 else 0
-            out.append(DeviceSample(
-                t_s=float(k), device=f"phone-{d}", temp_c=round(temp, 2), clock_level=level,
-                clock_scale=(1.0, 1.4, 2.0)[level], power_w=4.0 - level, battery_wh=15 - k * 0.01,
-                queue=k % 5, running=1, offload_share=min(1.0, 0.1 * level + 0.01 * d),
-                throttled=level > 0,
-            ))
+            out.append(
+                DeviceSample(
+                    t_s=float(k),
+                    device=f"phone-{d}",
+                    temp_c=round(temp, 2),
+                    clock_level=level,
+                    clock_scale=(1.0, 1.4, 2.0)[level],
+                    power_w=4.0 - level,
+                    battery_wh=15 - k * 0.01,
+                    queue=k % 5,
+                    running=1,
+                    offload_share=min(1.0, 0.1 * level + 0.01 * d),
+                    throttled=level > 0,
+                )
+            )
     return out
 
 

@@ -206,7 +206,9 @@ class Timeline:
 
     def _gap(self, k: int) -> Cell:
         """A bucket no record touched: idle between the first and last seen, else unknown."""
-        return Cell(CellState.IDLE) if self._oldest <= k <= self._newest else Cell(CellState.NO_DATA)
+        return (
+            Cell(CellState.IDLE) if self._oldest <= k <= self._newest else Cell(CellState.NO_DATA)
+        )
 
     def _engine_cell(self, k: int) -> Cell:
         if self.from_samples:
@@ -227,4 +229,3 @@ class Timeline:
             return Cell(CellState.STALL, busy=busy, stall=stall)
         cell = self._busy_cell(busy)
         return Cell(cell.state, busy=busy, stall=stall)
-

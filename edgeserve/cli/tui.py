@@ -36,46 +36,92 @@ def _positive(text: str) -> float:
 
 def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
     p = subparsers.add_parser(
-        "tui", help=help_, description=DESCRIPTION,
+        "tui",
+        help=help_,
+        description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--connect", metavar="URL", help="server base URL, e.g. http://127.0.0.1:8000")
-    src.add_argument("--sim", metavar="SCENARIO", nargs="?", const="",
-                     help="simulate SCENARIO (YAML path or built-in name; default scenario if omitted)")
+    src.add_argument(
+        "--sim",
+        metavar="SCENARIO",
+        nargs="?",
+        const="",
+        help="simulate SCENARIO (YAML path or built-in name; default scenario if omitted)",
+    )
     src.add_argument("--replay", metavar="TRACE", help="recorded trace file (JSON Lines)")
-    p.add_argument("--refresh", type=_positive, default=1.0, metavar="S",
-                   help="seconds between redraws, independent of the data rate (default 1)")
-    p.add_argument("--speed", type=_positive, default=None, metavar="X",
-                   help="source seconds per wall second for --sim and --replay "
-                        "(default: 10 for --sim, 1 for --replay)")
-    p.add_argument("--layout", choices=["auto", "compact", "full"], default="auto",
-                   help="compact: one panel at a time (80x24); full: all panels (about 160x48); "
-                        "auto picks by terminal size (default)")
-    p.add_argument("--window", type=_positive, default=60.0, metavar="S",
-                   help="percentile and error window in source seconds (default 60)")
+    p.add_argument(
+        "--refresh",
+        type=_positive,
+        default=1.0,
+        metavar="S",
+        help="seconds between redraws, independent of the data rate (default 1)",
+    )
+    p.add_argument(
+        "--speed",
+        type=_positive,
+        default=None,
+        metavar="X",
+        help="source seconds per wall second for --sim and --replay "
+        "(default: 10 for --sim, 1 for --replay)",
+    )
+    p.add_argument(
+        "--layout",
+        choices=["auto", "compact", "full"],
+        default="auto",
+        help="compact: one panel at a time (80x24); full: all panels (about 160x48); "
+        "auto picks by terminal size (default)",
+    )
+    p.add_argument(
+        "--window",
+        type=_positive,
+        default=60.0,
+        metavar="S",
+        help="percentile and error window in source seconds (default 60)",
+    )
     p.add_argument("--paused", action="store_true", help="start paused (--sim, --replay)")
-    p.add_argument("--start", type=float, default=None, metavar="T",
-                   help="--replay: start at trace time T (seconds on the trace's clock)")
+    p.add_argument(
+        "--start",
+        type=float,
+        default=None,
+        metavar="T",
+        help="--replay: start at trace time T (seconds on the trace's clock)",
+    )
     p.add_argument("--policy", default=None, help="--sim: start with this offload policy")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                   help="--sim: override a scenario value, e.g. --set duration_s=600 (repeatable)")
-    p.add_argument("--trace", default=None, metavar="PATH",
-                   help="--sim: also write the simulation's trace to PATH")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="overrides",
+        help="--sim: override a scenario value, e.g. --set duration_s=600 (repeatable)",
+    )
+    p.add_argument(
+        "--trace",
+        default=None,
+        metavar="PATH",
+        help="--sim: also write the simulation's trace to PATH",
+    )
     p.set_defaults(func=run)
 
 
 def _check(args: argparse.Namespace) -> str | None:
     """A message for flags that do not fit the chosen source, or None."""
     if args.sim is None:
-        for flag, value in (("--policy", args.policy), ("--set", args.overrides),
-                            ("--trace", args.trace)):
+        for flag, value in (
+            ("--policy", args.policy),
+            ("--set", args.overrides),
+            ("--trace", args.trace),
+        ):
             if value:
                 return f"{flag} applies to --sim only"
     if args.replay is None and args.start is not None:
         return "--start applies to --replay only"
     if args.connect is not None and (args.speed is not None or args.paused):
-        return "--speed and --paused apply to --sim and --replay; a live server runs at its own pace"
+        return (
+            "--speed and --paused apply to --sim and --replay; a live server runs at its own pace"
+        )
     if args.connect is not None and not args.connect.startswith(("http://", "https://")):
         return f"--connect wants an http:// or https:// URL, got {args.connect!r}"
     if args.replay is not None and not Path(args.replay).is_file():
@@ -121,14 +167,20 @@ def run(args: argparse.Namespace) -> int:
     elif args.replay is not None:
         from tui.sources.replay import ReplaySource
 
-        source = ReplaySource(args.replay, speed=args.speed or 1.0, start_paused=args.paused,
-                              start_at_s=args.start)
+        source = ReplaySource(
+            args.replay, speed=args.speed or 1.0, start_paused=args.paused, start_at_s=args.start
+        )
     else:
         from tui.sources.simulation import SimulationSource
 
-        source = SimulationSource(args.sim or None, speed=args.speed or 10.0, policy=args.policy,
-                                  trace_path=args.trace, overrides=args.overrides,
-                                  start_paused=args.paused)
+        source = SimulationSource(
+            args.sim or None,
+            speed=args.speed or 10.0,
+            policy=args.policy,
+            trace_path=args.trace,
+            overrides=args.overrides,
+            start_paused=args.paused,
+        )
     app = TuiApp(source, config)
     app.run()
     return app.return_code or 0

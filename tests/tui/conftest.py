@@ -43,8 +43,14 @@ def wall() -> FakeWall:
 
 @pytest.fixture
 def host() -> FixedProbe:
-    return FixedProbe(HostStats(cpu_percent=12.5, per_cpu_percent=(10.0, 15.0), mem_percent=40.0,
-                                gpu_note="no NVIDIA GPU (NVML not available)"))
+    return FixedProbe(
+        HostStats(
+            cpu_percent=12.5,
+            per_cpu_percent=(10.0, 15.0),
+            mem_percent=40.0,
+            gpu_note="no NVIDIA GPU (NVML not available)",
+        )
+    )
 
 
 LIVE_ITEMS = [
@@ -69,5 +75,3 @@ async def vllm_like() -> AsyncIterator[str]:
     app.router.add_get("/metrics", vllm_metrics)
     async for url in serve(app):
         yield url
-
-

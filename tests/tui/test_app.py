@@ -117,8 +117,7 @@ async def test_filter_keeps_matching_requests_and_enter_opens_one(trace_path, wa
         await pilot.press("slash", *"failed", "enter")
         await pilot.pause()
         waterfall = app.query_one(WaterfallPanel)
-        assert app.filter == "failed" and "filter: failed" in str(
-            app.query_one("#status").render())
+        assert app.filter == "failed" and "filter: failed" in str(app.query_one("#status").render())
         assert waterfall.rows == failed[::-1]
         await pilot.press("enter")
         assert isinstance(app.screen, RequestDetail)
@@ -144,8 +143,9 @@ async def test_a_missing_trace_exits_with_a_message(tmp_path, wall, host):
 
 
 async def test_simulation_runs_behind_the_ui_and_switches_policy(wall, host):
-    src = SimulationSource(None, wall=wall, speed=10.0, policy="always_cloud",
-                           overrides=["duration_s=300"])
+    src = SimulationSource(
+        None, wall=wall, speed=10.0, policy="always_cloud", overrides=["duration_s=300"]
+    )
     app = TuiApp(src, host_probe=host)
     async with app.run_test(size=FULL) as pilot:
         await refreshed(pilot)

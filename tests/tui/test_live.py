@@ -64,6 +64,7 @@ async def test_nothing_listening_is_a_clear_error():
 
 async def test_a_server_that_is_neither_is_a_clear_error():
     app = web.Application()
+
     async def not_vllm(request: web.Request) -> web.Response:
         return web.Response(text="up 1\n")
 

@@ -33,11 +33,23 @@ WORKERS = 2
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[ServerProcess]:
+def server(
+    tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path
+) -> Iterator[ServerProcess]:
     d = tmp_path_factory.mktemp("tui-serve")
     srv = ServerProcess(
-        ["--model", str(tiny_model_dir), "--workers", str(WORKERS), "--max-model-len", "4096",
-         "--max-num-seqs", "8", "--sample-interval", "0.5"],
+        [
+            "--model",
+            str(tiny_model_dir),
+            "--workers",
+            str(WORKERS),
+            "--max-model-len",
+            "4096",
+            "--max-num-seqs",
+            "8",
+            "--sample-interval",
+            "0.5",
+        ],
         d / "server.log",
     ).start()
     yield srv
@@ -63,7 +75,8 @@ async def send(url: str, n: int) -> None:
         model = (await client.get("/v1/models")).json()["data"][0]["id"]
         body = image_request(model)
         replies = await asyncio.gather(
-            *(client.post("/v1/chat/completions", json=body) for _ in range(n)))
+            *(client.post("/v1/chat/completions", json=body) for _ in range(n))
+        )
     assert [r.status_code for r in replies] == [200] * n
 
 
@@ -71,8 +84,20 @@ def image_request(model: str) -> dict:
     buf = io.BytesIO()
     Image.fromarray(photos.coffee()).save(buf, format="JPEG", quality=90)
     url = "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
-    return {"model": model, "max_tokens": 8, "ignore_eos": True, "messages": [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "Describe."}]}]}
+    return {
+        "model": model,
+        "max_tokens": 8,
+        "ignore_eos": True,
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image_url", "image_url": {"url": url}},
+                    {"type": "text", "text": "Describe."},
+                ],
+            }
+        ],
+    }
 
 
 async def test_the_ui_follows_a_real_server(server: ServerProcess, host):

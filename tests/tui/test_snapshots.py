@@ -37,18 +37,24 @@ def test_compact_overview(snap_compare, trace_path, host):
 
 
 def test_compact_timeline(snap_compare, trace_path, host):
-    assert snap_compare(replay_app(trace_path, host), terminal_size=COMPACT, run_before=settle,
-                        press=["4"])
+    assert snap_compare(
+        replay_app(trace_path, host), terminal_size=COMPACT, run_before=settle, press=["4"]
+    )
 
 
 def test_compact_requests(snap_compare, trace_path, host):
-    assert snap_compare(replay_app(trace_path, host), terminal_size=COMPACT, run_before=settle,
-                        press=["5"])
+    assert snap_compare(
+        replay_app(trace_path, host), terminal_size=COMPACT, run_before=settle, press=["5"]
+    )
 
 
 def test_compact_help(snap_compare, trace_path, host):
-    assert snap_compare(replay_app(trace_path, host), terminal_size=COMPACT, run_before=settle,
-                        press=["question_mark"])
+    assert snap_compare(
+        replay_app(trace_path, host),
+        terminal_size=COMPACT,
+        run_before=settle,
+        press=["question_mark"],
+    )
 
 
 def test_full(snap_compare, trace_path, host):
@@ -56,14 +62,16 @@ def test_full(snap_compare, trace_path, host):
 
 
 def test_full_request_detail(snap_compare, trace_path, host):
-    assert snap_compare(replay_app(trace_path, host), terminal_size=FULL, run_before=settle,
-                        press=["5", "enter"])
+    assert snap_compare(
+        replay_app(trace_path, host), terminal_size=FULL, run_before=settle, press=["5", "enter"]
+    )
 
 
 def test_full_simulation(snap_compare, host):
     wall = FakeWall()
-    src = SimulationSource(None, wall=wall, speed=10.0, policy="always_local",
-                           overrides=["duration_s=600"])
+    src = SimulationSource(
+        None, wall=wall, speed=10.0, policy="always_local", overrides=["duration_s=600"]
+    )
 
     async def run_for_a_minute(pilot: Pilot) -> None:
         await settle(pilot)
@@ -72,5 +80,6 @@ def test_full_simulation(snap_compare, host):
         await pilot.press("p")  # paused: later ticks change nothing
         await settle(pilot)
 
-    assert snap_compare(TuiApp(src, host_probe=host), terminal_size=FULL,
-                        run_before=run_for_a_minute)
+    assert snap_compare(
+        TuiApp(src, host_probe=host), terminal_size=FULL, run_before=run_for_a_minute
+    )

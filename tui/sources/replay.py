@@ -56,9 +56,16 @@ class _Stamps(msgspec.Struct, kw_only=True):
     def time(self) -> float | None:
         if self.t_s is not None:
             return self.t_s
-        for t in (self.finished_s, self.last_token_s, self.first_token_s, self.engine_queued_s,
-                  self.preproc_end_s, self.preproc_start_s, self.preproc_queued_s,
-                  self.arrived_s):
+        for t in (
+            self.finished_s,
+            self.last_token_s,
+            self.first_token_s,
+            self.engine_queued_s,
+            self.preproc_end_s,
+            self.preproc_start_s,
+            self.preproc_queued_s,
+            self.arrived_s,
+        ):
             if t is not None:
                 return t
         return None
@@ -181,8 +188,9 @@ class ReplaySource:
     # ---- Source protocol -----------------------------------------------------------------
     @property
     def caps(self) -> Capabilities:
-        return Capabilities(can_pause=True, can_step=True, can_seek=True, can_speed=True,
-                            why_empty=self._why_empty)
+        return Capabilities(
+            can_pause=True, can_step=True, can_seek=True, can_speed=True, why_empty=self._why_empty
+        )
 
     @property
     def description(self) -> str:

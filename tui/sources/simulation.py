@@ -70,9 +70,14 @@ class SimulationSource:
     @property
     def caps(self) -> Capabilities:
         return Capabilities(
-            can_pause=True, can_step=True, can_speed=True, policies=self._policies,
-            why_empty={Panel.QUEUES: QUEUES_WHY,
-                       Panel.SYSTEM: "simulated devices have no host processes"},
+            can_pause=True,
+            can_step=True,
+            can_speed=True,
+            policies=self._policies,
+            why_empty={
+                Panel.QUEUES: QUEUES_WHY,
+                Panel.SYSTEM: "simulated devices have no host processes",
+            },
         )
 
     @property
@@ -140,13 +145,15 @@ class SimulationSource:
         out: list[Item] = []
         for d in self.sim.devices:
             th = d.profile.thermal
-            out.append(DeviceInfo(
-                device=d.name,
-                trip_temps_c=tuple(t.temp_c for t in th.trips),
-                ambient_c=th.ambient_c,
-                clock_levels=len(d.levels),
-                battery_capacity_wh=d.battery_capacity_wh,
-            ))
+            out.append(
+                DeviceInfo(
+                    device=d.name,
+                    trip_temps_c=tuple(t.temp_c for t in th.trips),
+                    ambient_c=th.ambient_c,
+                    clock_levels=len(d.levels),
+                    battery_capacity_wh=d.battery_capacity_wh,
+                )
+            )
         return out
 
     def set_speed(self, speed: float) -> None:
@@ -172,4 +179,3 @@ class SimulationSource:
         if self._policies and name not in self._policies:
             raise SourceError(f"unknown policy {name!r} (known: {', '.join(self._policies)})")
         self._pending_policy = name
-

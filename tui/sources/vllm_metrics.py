@@ -52,8 +52,12 @@ def parse_metrics(text: str, t_s: float) -> EngineMetrics:
     hists: dict[str, dict[float, float]] = {}
     for fam in text_string_to_metric_families(text):
         name = fam.name
-        if name in ("vllm:num_requests_waiting", "vllm:num_requests_running",
-                    "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"):
+        if name in (
+            "vllm:num_requests_waiting",
+            "vllm:num_requests_running",
+            "vllm:kv_cache_usage_perc",
+            "vllm:gpu_cache_usage_perc",
+        ):
             gauges[name] = gauges.get(name, 0.0) + sum(s.value for s in fam.samples)
         elif name == "vllm:request_success":
             for s in fam.samples:
@@ -64,8 +68,11 @@ def parse_metrics(text: str, t_s: float) -> EngineMetrics:
                         success_ok += s.value
         elif name == "vllm:generation_tokens":
             gen_tokens = sum(s.value for s in fam.samples if s.name.endswith("_total"))
-        elif name in ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
-                      "vllm:time_per_output_token_seconds"):
+        elif name in (
+            "vllm:time_to_first_token_seconds",
+            "vllm:inter_token_latency_seconds",
+            "vllm:time_per_output_token_seconds",
+        ):
             h = hists.setdefault(name, {})
             for s in fam.samples:
                 if s.name.endswith("_bucket"):

@@ -98,8 +98,11 @@ class PanelWidget(Widget, can_focus=True):
             console = self.app.console
             base = self.rich_style
             lines = console.render_lines(
-                self._drawn, console.options.update(width=width, height=None, no_wrap=True),
-                style=base, pad=True)
+                self._drawn,
+                console.options.update(width=width, height=None, no_wrap=True),
+                style=base,
+                pad=True,
+            )
             self._strips = [Strip(line, width) for line in lines]
             self._strips_width = width
         if y < len(self._strips):

@@ -23,7 +23,11 @@ class DevicesPanel(PanelWidget):
     PANEL = Panel.DEVICES
     TITLE = "devices"
     COMPONENT_CLASSES: ClassVar[set[str]] = {
-        "devices--label", "devices--temp", "devices--hot", "devices--trip", "devices--spark",
+        "devices--label",
+        "devices--temp",
+        "devices--hot",
+        "devices--trip",
+        "devices--spark",
     }
 
     def draw(self, view: View, width: int) -> Text:
@@ -63,6 +67,7 @@ class DevicesPanel(PanelWidget):
         t.append("\n")
         line = f"  offload {s.offload_share * 100:.0f}%  queue {s.queue}  run {s.running}  "
         t.append(line)
-        t.append(sparkline(d.temp_history, max(0, width - len(line))),
-                 self.style_of("devices--spark"))
+        t.append(
+            sparkline(d.temp_history, max(0, width - len(line))), self.style_of("devices--spark")
+        )
         t.append("\n")

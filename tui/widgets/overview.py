@@ -20,7 +20,11 @@ class OverviewPanel(PanelWidget):
 
     PANEL = Panel.OVERVIEW
     TITLE = "overview"
-    COMPONENT_CLASSES: ClassVar[set[str]] = {"overview--label", "overview--spark", "overview--error"}
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "overview--label",
+        "overview--spark",
+        "overview--error",
+    }
 
     def draw(self, view: View, width: int) -> Text:
         o = view.snapshot.overview

@@ -20,7 +20,12 @@ class QueuesPanel(PanelWidget):
 
     PANEL = Panel.QUEUES
     TITLE = "queues"
-    COMPONENT_CLASSES: ClassVar[set[str]] = {"queues--label", "queues--bar", "queues--spark", "queues--note"}
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "queues--label",
+        "queues--bar",
+        "queues--spark",
+        "queues--note",
+    }
 
     def partial(self, view: View) -> bool:
         q = view.snapshot.queues

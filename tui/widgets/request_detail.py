@@ -29,10 +29,16 @@ def record_table(r: RequestRecord) -> Table:
         ("device / placement", f"{r.device or '—'} / {r.placement or '—'}"),
         ("decision", r.decision_reason or "—"),
         ("worker", "—" if r.worker is None else r.worker),
-        ("image", f"{r.num_images}× {r.image_bytes} B  {r.source_width}×{r.source_height} → "
-                  f"{r.target_width}×{r.target_height}"),
-        ("tokens", f"image {r.image_tokens}  prompt {r.prompt_tokens}  "
-                   f"output {r.output_tokens}/{r.max_tokens}"),
+        (
+            "image",
+            f"{r.num_images}× {r.image_bytes} B  {r.source_width}×{r.source_height} → "
+            f"{r.target_width}×{r.target_height}",
+        ),
+        (
+            "tokens",
+            f"image {r.image_tokens}  prompt {r.prompt_tokens}  "
+            f"output {r.output_tokens}/{r.max_tokens}",
+        ),
         ("TTFT / TPOT / e2e", f"{fmt_s(r.ttft_s)} / {fmt_s(r.tpot_s)} / {fmt_s(r.e2e_s)}"),
     ]
     for k, v in facts:

@@ -44,8 +44,9 @@ class SystemPanel(PanelWidget):
             for i, g in enumerate(h.gpus):
                 t.append(f"{f'gpu{i}':<12}", label)
                 t.append(bar(g.util_percent / 100, bar_w), self.style_of("system--bar"))
-                t.append(f" {g.util_percent:3.0f}% {_mib(g.mem_used_bytes)}/"
-                         f"{_mib(g.mem_total_bytes)}\n")
+                t.append(
+                    f" {g.util_percent:3.0f}% {_mib(g.mem_used_bytes)}/{_mib(g.mem_total_bytes)}\n"
+                )
             if not h.gpus and h.gpu_note:
                 t.append(f"{'gpu':<12}", label)
                 t.append(h.gpu_note + "\n", self.style_of("system--note"))

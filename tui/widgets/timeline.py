@@ -34,7 +34,11 @@ class TimelinePanel(PanelWidget):
     PANEL = Panel.TIMELINE
     TITLE = "pipeline timeline"
     COMPONENT_CLASSES: ClassVar[set[str]] = {
-        "timeline--label", "timeline--busy", "timeline--idle", "timeline--stall", "timeline--none",
+        "timeline--label",
+        "timeline--busy",
+        "timeline--idle",
+        "timeline--stall",
+        "timeline--none",
     }
 
     def draw(self, view: View, width: int) -> Text:

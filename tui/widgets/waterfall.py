@@ -35,7 +35,9 @@ class WaterfallPanel(PanelWidget):
     PANEL = Panel.WATERFALL
     TITLE = "requests"
     COMPONENT_CLASSES: ClassVar[set[str]] = {stage_class(s) for s in Stage} | {
-        "waterfall--failed", "waterfall--cursor", "waterfall--header",
+        "waterfall--failed",
+        "waterfall--cursor",
+        "waterfall--header",
     }
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("up", "move(-1)", show=False),
@@ -83,7 +85,7 @@ class WaterfallPanel(PanelWidget):
     def draw(self, view: View, width: int) -> Text:
         height = max(1, self.content_size.height - 1)
         first = max(0, self.cursor - height + 1)
-        shown = self._rows[first:first + height]
+        shown = self._rows[first : first + height]
         bar_w = max(10, width - ID_W - E2E_W - 2)
         scale = max((r.e2e_s or 0.0 for r in shown), default=0.0) or 1.0
         self._stage_styles = {s: self.style_of(stage_class(s)) for s in Stage}

@@ -20,7 +20,12 @@ class WorkersPanel(PanelWidget):
 
     PANEL = Panel.WORKERS
     TITLE = "workers"
-    COMPONENT_CLASSES: ClassVar[set[str]] = {"workers--label", "workers--busy", "workers--engine", "workers--stall"}
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "workers--label",
+        "workers--busy",
+        "workers--engine",
+        "workers--stall",
+    }
 
     def draw(self, view: View, width: int) -> Text:
         w = view.snapshot.workers
@@ -42,6 +47,8 @@ class WorkersPanel(PanelWidget):
             t.append("busy share of the last 10 s, from request records", "italic")
         if w.stall_s is not None:
             t.append(f"{'stall':<7}", label)
-            t.append(f"{fmt_s(w.stall_s)} engine idle, work in CPU stages",
-                     self.style_of("workers--stall") if w.stall_s > 0 else "")
+            t.append(
+                f"{fmt_s(w.stall_s)} engine idle, work in CPU stages",
+                self.style_of("workers--stall") if w.stall_s > 0 else "",
+            )
         return t
