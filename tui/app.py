@@ -97,23 +97,35 @@ class TuiApp(App[int]):
         self.refreshes = 0
         self._busy = False
         self._started = False
+        # widgets kept by reference: while a modal screen is up, queries would search that screen
+        self._status = Static(self.source.description, id="status")
+        self._filter_box = Input(
+            placeholder="filter: words to match; slow>2 for e2e > 2 s", id="filter"
+        )
+        self._panel_box = Container(id="panels")
+        self._panels: dict[Panel, PanelWidget] = {
+            w.PANEL: w
+            for w in (
+                OverviewPanel(),
+                QueuesPanel(),
+                SystemPanel(),
+                WorkersPanel(),
+                TimelinePanel(),
+                WaterfallPanel(),
+                DevicesPanel(),
+            )
+        }
 
     # ---- composition ---------------------------------------------------------------------
     def compose(self) -> ComposeResult:
-        yield Static(self.source.description, id="status")
-        with Container(id="panels"):
-            yield OverviewPanel()
-            yield QueuesPanel()
-            yield SystemPanel()
-            yield WorkersPanel()
-            yield TimelinePanel()
-            yield WaterfallPanel()
-            yield DevicesPanel()
-        yield Input(placeholder="filter: words to match; slow>2 for e2e > 2 s", id="filter")
+        yield self._status
+        with self._panel_box:
+            yield from self._panels.values()
+        yield self._filter_box
         yield Footer()
 
     def panels(self) -> dict[Panel, PanelWidget]:
-        return {w.PANEL: w for w in self.query(PanelWidget)}
+        return self._panels
 
     async def on_mount(self) -> None:
         if self.host_probe is None:
@@ -153,8 +165,9 @@ class TuiApp(App[int]):
             self.state.reset()
         self.state.fold(batch.items)
         self.state.advance(batch.now_s)
-        timeline = self.query_one(TimelinePanel)
-        cols = max(10, timeline.content_size.width - LABEL_W) if timeline.display else 60
+        # as many columns as the widest the timeline can be, whether it is shown or not, so that
+        # what it draws does not depend on when it was last laid out
+        cols = max(10, self.size.width - LABEL_W)
         view = View(
             snapshot=self.state.snapshot(timeline_columns=cols),
             why_empty=self.source.caps.why_empty,
@@ -181,7 +194,7 @@ class TuiApp(App[int]):
             parts.append(f"filter: {self.filter}")
         parts.append("? help")
         # the status line has a fixed height: repaint it without a layout pass
-        self.query_one("#status", Static).update(" │ ".join(p for p in parts if p), layout=False)
+        self._status.update(" │ ".join(p for p in parts if p), layout=False)
 
     def _redraw(self) -> None:
         """Draw the last view again (after a filter or layout change), without polling."""
@@ -201,7 +214,7 @@ class TuiApp(App[int]):
         if layout is Layout.AUTO:
             full = width >= FULL_MIN_SIZE[0] and height >= FULL_MIN_SIZE[1]
             layout = Layout.FULL if full else Layout.COMPACT
-        self.query_one("#panels").set_class(layout is Layout.COMPACT, "-compact")
+        self._panel_box.set_class(layout is Layout.COMPACT, "-compact")
         self.call_after_refresh(self._redraw)
 
     def _activate(self, panel: Panel) -> None:
@@ -265,7 +278,7 @@ class TuiApp(App[int]):
         self._activate(Panel(number))
 
     def action_filter(self) -> None:
-        box = self.query_one("#filter", Input)
+        box = self._filter_box
         box.value = self.filter
         box.add_class("-open")
         box.focus()
@@ -276,7 +289,7 @@ class TuiApp(App[int]):
         self._activate(Panel.WATERFALL)
 
     def on_key(self, event: Key) -> None:
-        box = self.query_one("#filter", Input)
+        box = self._filter_box
         if event.key == "escape" and box.has_class("-open"):
             self.filter = ""
             box.remove_class("-open")
