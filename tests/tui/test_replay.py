@@ -110,3 +110,26 @@ async def test_unreadable_traces_are_clear_errors(tmp_path: Path, wall: FakeWall
     headless.write_bytes(b'{"type":"sample","t_s":1.0}\n')
     with pytest.raises(SourceError, match="no trace header"):
         await started(headless, wall)
+
+
+async def test_a_simulation_trace_replays_with_its_devices(tmp_path: Path, wall: FakeWall):
+    from sim.config import load_scenario, parse_override
+    from sim.simulation import Simulation
+    from tui.state import PipelineState
+
+    path = tmp_path / "sim.jsonl"
+    scenario = load_scenario(None, [parse_override("duration_s=60")])
+    sim = Simulation(scenario, policy="always_local", trace_path=path)
+    sim.run()
+    src = await started(path, wall, speed=1000.0)
+    wall.advance(1.0)
+    state = PipelineState()
+    batch = await src.poll()
+    state.fold(batch.items)
+    state.advance(batch.now_s)
+    snap = state.snapshot()
+    assert batch.ended
+    assert {d.sample.device for d in snap.devices} == {d.name for d in sim.devices}
+    assert snap.overview.finished_total == src.index.requests > 0
+    assert any(r.placement == "local" for r in snap.recent)
+    assert Panel.DEVICES not in src.caps.why_empty
