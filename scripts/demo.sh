@@ -28,9 +28,9 @@ $ES bench run --url "http://127.0.0.1:$PORT" --images 12mp --num-prompts 24 --re
 kill -TERM $SERVER; wait $SERVER 2>/dev/null || true; trap - EXIT
 
 echo "== edgeserve trace export → $OUT/trace.perfetto.json (open in ui.perfetto.dev)"
-$ES trace export "$OUT/trace.jsonl" --perfetto "$OUT/trace.perfetto.json"
+$ES trace export "$OUT/trace.jsonl" --perfetto -o "$OUT/trace.perfetto.json"
 
 echo "== edgeserve sim run (built-in default scenario)"
-$ES sim run --out "$OUT/sim"
+$ES sim run --out "$OUT/sim" --plots
 
 echo "== done: results in $OUT/ (watch a run live with: $ES tui --replay $OUT/trace.jsonl)"
