@@ -40,6 +40,7 @@ from edgeserve.preproc_pool.messages import (
 from edgeserve.preproc_pool.worker import worker_main
 
 MAX_EARLY_DEATHS = 3
+PIPELINE_DEPTH = 2  # jobs in flight per worker: one running, one waiting in its pipe
 
 
 class PoolFull(Exception):
@@ -98,7 +99,9 @@ class WorkerSlot:
     process: BaseProcess | None = None
     conn: Connection | None = None
     ready: bool = False
-    job: _Pending | None = None
+    # jobs sent to this worker, oldest first: the first is in progress, the rest wait in its
+    # pipe (at most PIPELINE_DEPTH in all) so the worker never idles between jobs
+    jobs: deque[_Pending] = field(default_factory=deque)
     busy_since_s: float | None = None
     busy_total_s: float = 0.0  # completed busy time since start
     restarts: int = 0
@@ -108,6 +111,10 @@ class WorkerSlot:
     @property
     def pid(self) -> int | None:
         return self.process.pid if self.process is not None else None
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.jobs)
 
     def busy_s(self, now: float) -> float:
         """Total busy time up to ``now``, including the job in progress."""
@@ -181,10 +188,9 @@ class PreprocPool:
                 if slot.process.is_alive():
                     slot.process.kill()
                     slot.process.join(1.0)
-            if slot.job is not None:
-                self._finish(slot.job, error=PreprocFailed(ErrorKind.INTERNAL,
-                                                           "server shutting down"))
-                slot.job = None
+            while slot.jobs:
+                self._finish(slot.jobs.popleft(),
+                             error=PreprocFailed(ErrorKind.INTERNAL, "server shutting down"))
         shm.sweep(self._pid)
 
     def _detach(self, slot: WorkerSlot) -> None:
@@ -198,8 +204,8 @@ class PreprocPool:
 
     # ---- submitting --------------------------------------------------------------------
     def has_room(self) -> bool:
-        idle = sum(1 for s in self.slots if s.ready and s.job is None)
-        return len(self._queue) < self.max_pending + idle
+        idle = sum(1 for s in self.slots if s.ready and not s.jobs)
+        return self.queued < self.max_pending + idle
 
     async def submit(self, image: ImageInput) -> Preprocessed:
         """Queue one image; raises :class:`PoolFull` or :class:`PreprocFailed`.
@@ -234,21 +240,31 @@ class PreprocPool:
             raise
 
     def _dispatch(self) -> None:
-        for slot in self.slots:
-            if not self._queue:
-                return
-            if slot.ready and slot.job is None and slot.conn is not None:
-                p = self._queue.popleft()
-                src = p.image.path if p.image.source is SourceKind.FILE else p.in_name
-                job = Job(p.job_id, p.image.source, src or "", p.out_name, p.in_bytes)
-                slot.job = p
-                slot.busy_since_s = time.monotonic()
-                # on failure the sentinel reports the death and fails the job
-                with contextlib.suppress(OSError):
-                    slot.conn.send_bytes(encoder.encode(job))
+        """Idle workers first; then a second job into each busy worker's pipe."""
+        for depth in range(PIPELINE_DEPTH):
+            for slot in self.slots:
+                if not self._queue:
+                    return
+                if slot.ready and slot.conn is not None and len(slot.jobs) == depth:
+                    self._send(slot, self._queue.popleft())
+
+    def _send(self, slot: WorkerSlot, p: _Pending) -> None:
+        assert slot.conn is not None
+        src = p.image.path if p.image.source is SourceKind.FILE else p.in_name
+        job = Job(p.job_id, p.image.source, src or "", p.out_name, p.in_bytes)
+        if not slot.jobs:
+            slot.busy_since_s = time.monotonic()
+        slot.jobs.append(p)
+        # on failure the sentinel reports the death and fails or requeues the job
+        with contextlib.suppress(OSError):
+            slot.conn.send_bytes(encoder.encode(job))
 
     # ---- replies and deaths ------------------------------------------------------------
     def _on_readable(self, slot: WorkerSlot) -> None:
+        self._on_readable_no_dispatch(slot)
+        self._dispatch()
+
+    def _on_readable_no_dispatch(self, slot: WorkerSlot) -> None:
         conn = slot.conn
         if conn is None:
             return
@@ -257,11 +273,10 @@ class PreprocPool:
                 msg = reply_decoder.decode(conn.recv_bytes())
                 if isinstance(msg, Ready):
                     slot.ready, slot.early_deaths = True, 0
-                elif slot.job is not None and msg.job_id == slot.job.job_id:
+                elif slot.jobs and msg.job_id == slot.jobs[0].job_id:
                     self._complete(slot, msg)
         except (EOFError, OSError):
             self._detach_reader(slot)  # the sentinel handler does the rest
-        self._dispatch()
 
     def _detach_reader(self, slot: WorkerSlot) -> None:
         if slot.conn is not None and self._loop is not None:
@@ -269,12 +284,11 @@ class PreprocPool:
                 self._loop.remove_reader(slot.conn.fileno())
 
     def _complete(self, slot: WorkerSlot, result: JobResult) -> None:
-        p = slot.job
-        assert p is not None
-        slot.job = None
+        p = slot.jobs.popleft()
+        now = time.monotonic()
         if slot.busy_since_s is not None:
-            slot.busy_total_s += time.monotonic() - slot.busy_since_s
-        slot.busy_since_s = None
+            slot.busy_total_s += now - slot.busy_since_s
+        slot.busy_since_s = now if slot.jobs else None
         slot.jobs_done += 1
         if not result.ok:
             kind = result.error_kind or ErrorKind.INTERNAL
@@ -293,9 +307,10 @@ class PreprocPool:
 
     def _on_death(self, slot: WorkerSlot) -> None:
         proc = slot.process
-        self._detach(slot)
         if proc is None:
             return
+        self._on_readable_no_dispatch(slot)  # results it sent before dying still count
+        self._detach(slot)
         proc.join(0.5)
         code = proc.exitcode
         if not slot.ready:
@@ -307,10 +322,12 @@ class PreprocPool:
             slot.busy_total_s += time.monotonic() - slot.busy_since_s
         slot.busy_since_s = None
         self.deaths += 1
-        if slot.job is not None:
+        if slot.jobs:
+            # jobs run in order: the first was in progress and fails; the rest never started
             reason = _exit_reason(slot.index, proc.pid, code)
-            self._finish(slot.job, error=PreprocFailed(ErrorKind.WORKER_DIED, reason))
-            slot.job = None
+            self._finish(slot.jobs.popleft(), error=PreprocFailed(ErrorKind.WORKER_DIED, reason))
+            while slot.jobs:
+                self._queue.appendleft(slot.jobs.pop())
         if self._closing:
             return
         if slot.early_deaths >= MAX_EARLY_DEATHS:
@@ -323,6 +340,7 @@ class PreprocPool:
             return
         slot.restarts += 1
         self._spawn(slot)
+        self._dispatch()  # jobs taken back from the dead worker go to the others
 
     def _finish(self, p: _Pending, error: PreprocFailed) -> None:
         self._release(p)
@@ -336,11 +354,12 @@ class PreprocPool:
     # ---- observation -------------------------------------------------------------------
     @property
     def queued(self) -> int:
-        return len(self._queue)
+        """Jobs not yet started: in the pool's queue or waiting in a worker's pipe."""
+        return len(self._queue) + sum(max(0, len(s.jobs) - 1) for s in self.slots)
 
     @property
     def running(self) -> int:
-        return sum(1 for s in self.slots if s.job is not None)
+        return sum(1 for s in self.slots if s.jobs)
 
     def worker_pids(self) -> list[int | None]:
         return [s.pid for s in self.slots]

@@ -35,12 +35,16 @@ def segment_names(server_pid: int, job_id: int) -> tuple[str, str]:
     return f"{base}_in", f"{base}_out"
 
 
+# Populate page tables at map time: one system call instead of a page fault per 4 kB page.
+_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+
+
 def create(name: str, size: int) -> mmap.mmap:
     """Create a new segment of ``size`` bytes and map it read-write (fails if it exists)."""
     fd = os.open(SHM_DIR / name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     try:
         os.ftruncate(fd, max(size, 1))
-        return mmap.mmap(fd, max(size, 1))
+        return mmap.mmap(fd, max(size, 1), flags=_FLAGS)
     finally:
         os.close(fd)
 
@@ -51,7 +55,7 @@ def attach(name: str, writable: bool = False) -> mmap.mmap:
     try:
         size = os.fstat(fd).st_size
         prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
-        return mmap.mmap(fd, size, prot=prot)
+        return mmap.mmap(fd, size, flags=_FLAGS, prot=prot)
     finally:
         os.close(fd)
 

@@ -74,7 +74,7 @@ async def health(request: web.Request) -> web.Response:
     p = ctx.preproc
     workers = []
     if isinstance(p, PreprocPool):
-        workers = [{"index": s.index, "pid": s.pid, "ready": s.ready, "busy": s.job is not None,
+        workers = [{"index": s.index, "pid": s.pid, "ready": s.ready, "busy": s.busy,
                     "restarts": s.restarts} for s in p.slots]
     body = {
         "status": "draining" if ctx.draining else "ok",

@@ -38,7 +38,7 @@ class ServerContext:
         p = self.preproc
         if isinstance(p, PreprocPool):
             busy_now = [s.busy_s(now) for s in p.slots]
-            stage = ["preproc" if s.job is not None else ("idle" if s.ready else "starting")
+            stage = ["preproc" if s.busy else ("idle" if s.ready else "starting")
                      for s in p.slots]
         else:
             busy_now = [p.busy_total_s]

@@ -27,6 +27,9 @@ from edgeserve.preproc_pool.pool import ImageInput, PoolFull, PreprocFailed, Pre
 
 PARAMS = PreprocParams(min_pixels=3136, max_pixels=200_704, max_image_pixels=30_000_000,
                        max_image_bytes=64 << 20)
+# full-size decoding, so that a big photo keeps a worker busy for a few hundred milliseconds
+SLOW = PreprocParams(min_pixels=3136, max_pixels=200_704, max_image_pixels=30_000_000,
+                     max_image_bytes=64 << 20, fast_decode=False)
 
 
 def jpeg(array: np.ndarray, quality: int = 90) -> bytes:
@@ -105,12 +108,22 @@ async def test_bad_images_fail_as_bad_image_and_the_pool_keeps_serving(
     assert pool.deaths == 0
 
 
-async def test_a_killed_worker_fails_its_job_and_is_replaced(pool: PreprocPool) -> None:
-    slow = big_photo_jpeg(7000)
+async def test_a_killed_worker_fails_its_job_and_is_replaced() -> None:
+    pool = PreprocPool(workers=2, params=SLOW, max_pending=2)
+    await pool.start()
+    try:
+        await _kill_mid_job(pool)
+    finally:
+        await pool.close()
+    assert my_segments() == []
+
+
+async def _kill_mid_job(pool: PreprocPool) -> None:
+    slow = big_photo_jpeg(5000)
     job = asyncio.ensure_future(pool.submit(ImageInput(SourceKind.SHM, data=slow)))
-    while not any(s.job is not None for s in pool.slots):
+    while not any(s.busy for s in pool.slots):
         await asyncio.sleep(0.001)
-    victim = next(s for s in pool.slots if s.job is not None)
+    victim = next(s for s in pool.slots if s.busy)
     os.kill(victim.pid or 0, signal.SIGKILL)
     with pytest.raises(PreprocFailed) as e:
         await job
@@ -126,7 +139,7 @@ async def test_a_killed_worker_fails_its_job_and_is_replaced(pool: PreprocPool) 
 
 
 async def test_a_full_queue_refuses_new_jobs() -> None:
-    pool = PreprocPool(workers=1, params=PARAMS, max_pending=1)
+    pool = PreprocPool(workers=1, params=SLOW, max_pending=1)
     await pool.start()
     try:
         slow = big_photo_jpeg(4000)
@@ -154,4 +167,26 @@ async def test_cancelled_jobs_release_their_segments(pool: PreprocPool) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
     while pool.running:  # the workers finish; their late results are dropped and released
         await asyncio.sleep(0.01)
+    assert my_segments() == []
+
+
+async def test_a_job_waiting_behind_a_killed_workers_job_is_not_lost() -> None:
+    # One worker holds two jobs: the first running, the second waiting in its pipe. Killing it
+    # fails only the first; the second is taken back and served by the replacement.
+    pool = PreprocPool(workers=1, params=SLOW, max_pending=4)
+    await pool.start()
+    try:
+        slow = big_photo_jpeg(5000)
+        first = asyncio.ensure_future(pool.submit(ImageInput(SourceKind.SHM, data=slow)))
+        await asyncio.sleep(0)
+        second = asyncio.ensure_future(pool.submit(ImageInput(SourceKind.SHM, data=slow)))
+        await asyncio.sleep(0)
+        assert len(pool.slots[0].jobs) == 2
+        os.kill(pool.slots[0].pid or 0, signal.SIGKILL)
+        with pytest.raises(PreprocFailed, match="SIGKILL"):
+            await first
+        done = await second
+        assert done.pixels.ndim == 3 and pool.slots[0].restarts == 1
+    finally:
+        await pool.close()
     assert my_segments() == []
