@@ -6,7 +6,8 @@ How a vLLM-style engine spends its time, reduced to what decides latency:
   (``max_batch``) and the KV cache can hold its whole sequence (prompt + output tokens; no
   preemption, so the reservation is made up front).
 - Its *prefill* (the prompt, image tokens included) runs alone; the decode batch pauses meanwhile
-  (prefill-priority scheduling). The first token comes out at the end of the prefill.
+  (prefill-priority scheduling). The first token comes out at the end of the prefill. Its duration
+  is drawn from the prefill model (its mean plus the model's spread); decode steps use the mean.
 - The running batch then *decodes* one token per request per step. A step takes
   ``step_s(batch, context_tokens)``: it grows with the batch and with the KV it must read.
 
@@ -32,7 +33,8 @@ from sim.loop import EventLoop
 
 
 class StepModel(Protocol):
-    def prefill_s(self, job: Job) -> float: ...
+    def prefill_s(self, job: Job) -> float: ...  # mean, at nominal clock
+    def prefill_draw_s(self, mean_s: float) -> float: ...  # one actual prefill time
     def step_s(self, batch: int, context_tokens: int) -> float: ...
 
 
@@ -170,7 +172,8 @@ class BatchEngine:
                     self.busy = True
                     if self.on_busy is not None:
                         self.on_busy(1)
-                heappush(self._q, (now + pf * self.clock_scale, 1, next(self._eid),
+                heappush(self._q, (now + self.model.prefill_draw_s(pf) * self.clock_scale, 1,
+                                   next(self._eid),
                                    self._on_prefilled, job))  # loop.at, inlined (hot path)
                 return
         if self.running:

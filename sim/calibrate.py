@@ -67,6 +67,7 @@ class Calibration:
     skipped: dict[str, str] = field(default_factory=dict)  # stage → why not fitted
     requests: int = 0
     workers: int = 0
+    has_encode: bool = False  # some record has an encoder stage
 
 
 def fit_linear(stage: str, x: np.ndarray, y: np.ndarray, names: list[str]) -> StageFit:
@@ -174,6 +175,7 @@ def calibrate(records: Iterable[RequestRecord]) -> Calibration:
         if busy <= r.normalize_end_s:  # type: ignore[operator]
             enc.append(r)
         busy = max(busy, float(r.encode_end_s or 0.0))
+    cal.has_encode = any(r.encode_end_s is not None for r in cpu)
     if enc:
         _stage(cal, "encode", [(r.encode_end_s - r.normalize_end_s, r.image_tokens)  # type: ignore[operator]
                                for r in enc], ["image_tokens"])
@@ -244,6 +246,8 @@ def to_profile(cal: Calibration, base: dict[str, Any] | None, name: str,
     prof = dict(base)
     prof["name"] = name
     stages = {k: dict(v) for k, v in prof.get("stages", {}).items()}
+    if not cal.has_encode and "encode" in stages:  # the traced runtime had no encoder stage
+        del stages["encode"]
     for stage, fit in cal.fits.items():
         entry = stages.setdefault(stage, {"unit": "gpu" if stage == "encode" else "cpu"})
         entry["model"] = fit.model()

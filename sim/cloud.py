@@ -83,6 +83,10 @@ class Roofline:
         comp = self.flops_per_token * tokens / self.flops_s
         return (mem if mem > comp else comp) + self.overhead_s
 
+    @staticmethod
+    def prefill_draw_s(mean_s: float) -> float:
+        return mean_s  # the roofline is deterministic
+
     def prefill_s(self, job: Job) -> float:
         tokens = job.prompt_tokens
         mem = (self.weights_b + self.kv_per_token * tokens) / self.bw_b_s

@@ -54,10 +54,11 @@ class LocalModel:
     functions, bound as attributes (no wrapper call on the hot path).
     """
 
-    __slots__ = ("prefill_s", "step_s")
+    __slots__ = ("prefill_draw_s", "prefill_s", "step_s")
 
     def __init__(self, prefill: ServiceTime, step: ServiceTime) -> None:
         self.prefill_s: Callable[[Job], float] = prefill.mean_s
+        self.prefill_draw_s: Callable[[float], float] = prefill.draw  # spread around the mean
         self.step_s: Callable[[int, int], float] = step.step_mean_s
 
 

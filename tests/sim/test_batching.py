@@ -14,6 +14,9 @@ class Model:
     def prefill_s(self, job: Job) -> float:
         return 1.0
 
+    def prefill_draw_s(self, mean_s: float) -> float:
+        return mean_s
+
     def step_s(self, batch: int, context_tokens: int) -> float:
         return 0.1
 

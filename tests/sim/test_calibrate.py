@@ -88,3 +88,19 @@ def test_cli_writes_a_profile_that_loads(tmp_path: Path, capsys: pytest.CaptureF
 def test_cli_rejects_a_missing_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["calibrate", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "p.yaml")]) == 2
     assert "no such trace file" in capsys.readouterr().err
+
+
+def test_a_trace_without_an_encoder_gives_a_profile_without_one(tmp_path: Path) -> None:
+    from sim.calibrate import to_profile
+    from sim.config import PROFILE_DIR
+    from sim.schema import load_yaml
+
+    trace = tmp_path / "t.jsonl"
+    truth_trace(trace, "deterministic", requests=300)
+    recs = list(read_records([trace]))
+    for r in recs:
+        r.encode_end_s = None
+    cal = calibrate(recs)
+    prof = to_profile(cal, load_yaml(PROFILE_DIR / "jetson-orin-nano.yaml"), "x", [str(trace)])
+    assert "encode" not in prof["stages"] and "encode" not in cal.fits
+    build(DeviceProfile, prof, "x")

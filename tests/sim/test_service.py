@@ -53,6 +53,9 @@ class StepModel:
     def prefill_s(self, job: Job) -> float:
         return 0.0
 
+    def prefill_draw_s(self, mean_s: float) -> float:
+        return mean_s
+
     def step_s(self, batch: int, context_tokens: int) -> float:
         return 0.1
 
