@@ -45,3 +45,9 @@ def test_trace_header_names_the_simulator(tmp_path: Path, fleet_raw: dict) -> No
     Simulation(scenario_from_raw(fleet_raw), trace_path=tmp_path / "t.jsonl").run()
     header = next(read_trace(tmp_path / "t.jsonl"))
     assert header.producer == "edgeserve sim" and header.clock == "sim"  # type: ignore[union-attr]
+
+
+def test_the_progress_bar_does_not_change_results(fleet_raw: dict) -> None:
+    quiet = Simulation(scenario_from_raw(fleet_raw)).run()
+    shown = Simulation(scenario_from_raw(fleet_raw)).run(progress=True)
+    assert shown.fleet == quiet.fleet and shown.events == quiet.events
