@@ -315,6 +315,7 @@ async def _compare(config: CompareConfig, log: Any) -> CompareResult:
                                                     extra.get(k.value, "")))
                      for k in config.servers},
         "sweeps": {w: {"rates": s.rates_rps, "requests_per_rate": s.requests_per_rate,
+                       "duration_per_rate_s": s.duration_per_rate_s,
                        "burstiness": s.burstiness, "ttft_p99_bound_ms": s.ttft_p99_bound_ms,
                        "workload": s.base.workload.label}
                    for w, s in config.sweeps},
@@ -341,7 +342,10 @@ async def _compare(config: CompareConfig, log: Any) -> CompareResult:
             finally:
                 server.stop()
                 _running.remove(server)
-            save(result, config.out_dir)  # partial results survive an interrupted comparison
+            try:  # partial results survive an interrupted comparison
+                save(result, config.out_dir)
+            except (OSError, ImportError, ValueError) as e:
+                log(f"  could not save partial results: {e}")
     return result
 
 

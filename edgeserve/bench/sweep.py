@@ -3,7 +3,9 @@
 One rate hides where a system breaks. A sweep offers increasing open-loop rates (Poisson by
 default), one run per rate, and records throughput and TTFT p50/p99 against offered load. A rate
 is *sustained* when every request completed and the TTFT p99 stayed within a bound: past
-saturation the queue grows for as long as requests keep coming, and the p99 with it.
+saturation the queue grows for as long as requests keep coming, and the p99 with it. That is
+why each rate runs for the same *duration* by default (more requests at higher rates): a fixed
+small count at a high rate is over before a queue can build up, and would look sustained.
 
 The **max sustainable rate** is the highest tested rate that was sustained; the *interpolated*
 figure is where the TTFT p99 curve crosses the bound between that rate and the next (linear in
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from edgeserve.bench.arrivals import ArrivalConfig
+from edgeserve.bench.arrivals import ArrivalConfig, arrival_offsets_s
 from edgeserve.bench.report import percentile_key
 from edgeserve.bench.run import RunConfig, run_benchmark
 
@@ -35,7 +37,8 @@ WARMUP_IMAGE_BASE = 1_000_000  # image numbers of warm-up requests (never reused
 class SweepConfig:
     base: RunConfig  # server, workload, report options; its arrivals are replaced per rate
     rates_rps: tuple[float, ...] = (0.5, 1.0, 2.0, 3.0, 4.0, 6.0)
-    requests_per_rate: int = 30
+    duration_per_rate_s: float | None = 20.0  # each rate sends for this long …
+    requests_per_rate: int | None = None  # … or this many requests (exactly one of the two)
     burstiness: float = 1.0
     ttft_p99_bound_ms: float = 2000.0
     warmup_requests: int = 4
@@ -48,8 +51,12 @@ class SweepConfig:
             raise ValueError(f"sweep rates must be finite and > 0 req/s, got {self.rates_rps}")
         if list(self.rates_rps) != sorted(self.rates_rps):
             raise ValueError(f"sweep rates must increase, got {self.rates_rps}")
-        if self.requests_per_rate < 2:
+        if (self.duration_per_rate_s is None) == (self.requests_per_rate is None):
+            raise ValueError("give exactly one of a duration and a request count per rate")
+        if self.requests_per_rate is not None and self.requests_per_rate < 2:
             raise ValueError("need at least 2 requests per rate")
+        if self.duration_per_rate_s is not None and self.duration_per_rate_s <= 0:
+            raise ValueError("the duration per rate must be > 0 s")
         if self.ttft_p99_bound_ms <= 0:
             raise ValueError("the TTFT p99 bound must be > 0 ms")
         if self.warmup_requests < 0:
@@ -154,18 +161,22 @@ async def run_sweep(config: SweepConfig, log: Any = print) -> SweepResult:
     base = config.base
     await warm_up(base, config.warmup_requests)
     result = SweepResult(ttft_p99_bound_ms=config.ttft_p99_bound_ms)
+    first_image = base.first_image_number
     for i, rate in enumerate(config.rates_rps):
+        arrivals = ArrivalConfig(
+            rate_rps=rate,
+            burstiness=config.burstiness,
+            num_requests=config.requests_per_rate,
+            duration_s=config.duration_per_rate_s,
+            seed=base.workload.seed + i,
+        )
         run_cfg = replace(
             base,
-            arrivals=ArrivalConfig(
-                rate_rps=rate,
-                burstiness=config.burstiness,
-                num_requests=config.requests_per_rate,
-                seed=base.workload.seed + i,
-            ),
+            arrivals=arrivals,
             label=f"{base.label or 'sweep'} @ {rate:g} req/s",
-            first_image_number=base.first_image_number + i * config.requests_per_rate,
+            first_image_number=first_image,
         )
+        first_image += len(arrival_offsets_s(arrivals))
         point = await run_benchmark(run_cfg)
         result.points.append(point)
         log(_point_line(point, config.ttft_p99_bound_ms))

@@ -143,7 +143,11 @@ def _add_sweep_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("sweep")
     g.add_argument("--rates", type=_rates, default=(0.5, 1.0, 2.0, 3.0, 4.0, 6.0),
                    help="offered request rates, req/s (default 0.5,1,2,3,4,6)")
-    g.add_argument("--num-prompts", type=int, default=30, help="requests per rate (default 30)")
+    g.add_argument("--duration-per-rate", type=float, default=None, metavar="S",
+                   help="seconds of arrivals per rate (default 20; the queue must have time to "
+                   "grow past saturation)")
+    g.add_argument("--num-prompts", type=int, default=None,
+                   help="a fixed number of requests per rate instead of a duration")
     g.add_argument("--burstiness", type=float, default=1.0)
     g.add_argument("--ttft-p99-bound", type=float, default=2000.0, metavar="MS",
                    help="TTFT p99 a rate must keep to count as sustained (default 2000 ms)")
@@ -204,6 +208,8 @@ def _sweep_config(
         base=base,
         rates_rps=rates or args.rates,
         requests_per_rate=args.num_prompts,
+        duration_per_rate_s=args.duration_per_rate if args.duration_per_rate is not None else (
+            20.0 if args.num_prompts is None else None),
         burstiness=args.burstiness,
         ttft_p99_bound_ms=args.ttft_p99_bound,
         warmup_requests=args.warmup,

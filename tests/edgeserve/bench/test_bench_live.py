@@ -85,6 +85,7 @@ async def test_vllm_metrics_give_a_stage_breakdown_consistent_with_the_client(vl
 async def test_a_sweep_runs_each_rate_and_names_the_highest_sustained(vllm_url: str) -> None:
     sweep = await run_sweep(
         SweepConfig(base=_config(vllm_url), rates_rps=(1.0, 2.0), requests_per_rate=4,
+                    duration_per_rate_s=None,
                     warmup_requests=1, ttft_p99_bound_ms=60_000),
         log=lambda _msg: None,
     )
