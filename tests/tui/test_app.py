@@ -196,3 +196,18 @@ async def test_stock_vllm_server_panels_say_why_they_are_empty(vllm_like, host):
         assert waterfall.has_class("-empty")
         note = waterfall.drawing.plain
         assert "stock vLLM server publishes no per-request records" in note
+
+
+async def test_system_panel_shows_this_hosts_gpus_and_the_servers_processes(trace_path, wall):
+    from tui.host import GpuStats, HostStats
+
+    gpu = GpuStats("NVIDIA H200", 35.0, 600 << 20, 143_000 << 20, 37.0)
+    probe = FixedProbe(HostStats(50.0, (40.0, 60.0), 25.0, gpus=(gpu,)))
+    app = replay_app(trace_path, wall, probe)
+    async with app.run_test(size=COMPACT) as pilot:
+        await refreshed(pilot)
+        await pilot.press("7")
+        text = app.panels()[Panel.SYSTEM].drawing.plain
+        assert "50.0% of 2 cores" in text
+        assert " 35% 600 MiB/143000 MiB" in text
+        assert "engine" in text and "1200 MiB" in text  # from the trace's resource samples
