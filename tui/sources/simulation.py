@@ -14,7 +14,9 @@ CPU cores as workers, its local LLM as the engine); ``d`` cycles through the dev
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +62,7 @@ class SimulationSource:
         self._start_paused = start_paused
         self._wall = wall
         self.sim: Any = None
+        self._lock = threading.Lock()
         self._clock: PacedClock | None = None
         self._policies: tuple[str, ...] = ()
         self._pending_policy: str | None = None
@@ -113,7 +116,13 @@ class SimulationSource:
 
     async def stop(self) -> None:
         if self.sim is not None:
-            await asyncio.to_thread(self.sim.close)
+            await asyncio.to_thread(self._locked, self.sim.close)
+
+    def _locked(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn`` holding the simulation's lock: a step still running in its thread when the
+        app quits (the refresh worker was cancelled, the thread was not) must end before close."""
+        with self._lock:
+            return fn(*args)
 
     async def poll(self) -> Batch:
         if self._clock is None or self.sim is None:
@@ -124,7 +133,7 @@ class SimulationSource:
             self.policy = self.sim.policy.name
         target = self._clock.now()
         if target > self.sim.now_s and not self.sim.finished:
-            await asyncio.to_thread(self.sim.run_until, target)
+            await asyncio.to_thread(self._locked, self.sim.run_until, target)
         items, self._out = self._out, []
         if not self._infos_sent:
             self._infos_sent = True

@@ -1,0 +1,1 @@
+"""The UI's panels (one per module) and its modal screens."""
