@@ -133,3 +133,33 @@ async def test_a_simulation_trace_replays_with_its_devices(tmp_path: Path, wall:
     assert snap.overview.finished_total == src.index.requests > 0
     assert any(r.placement == "local" for r in snap.recent)
     assert Panel.DEVICES not in src.caps.why_empty
+
+
+async def test_device_facts_in_the_trace_header_reach_the_devices_panel(tmp_path: Path, wall):
+    from edgeserve.records import DeviceSample
+    from tui.sources.devices import DeviceInfo
+
+    meta = {
+        "devices": {
+            "phone": {
+                "trip_temps_c": [70, 85],
+                "ambient_c": 22,
+                "clock_levels": 3,
+                "battery_capacity_wh": 15,
+            },
+            "odd": "not a dict",
+        }
+    }
+    p = tmp_path / "devices.jsonl"
+    with TraceWriter(p, TraceHeader(producer="edgeserve sim", clock="sim", meta=meta)) as w:
+        w.write(
+            DeviceSample(
+                t_s=1.0, device="phone", temp_c=71.0, clock_level=1, clock_scale=1.3, power_w=3.0
+            )
+        )
+    src = await started(p, wall, speed=10.0)
+    wall.advance(1.0)
+    items = (await src.poll()).items
+    assert items[0] == DeviceInfo("phone", (70.0, 85.0), 22.0, 3, 15.0)
+    src.seek(1.0)
+    assert isinstance((await src.poll()).items[0], DeviceInfo)  # again after a reset

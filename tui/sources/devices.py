@@ -22,3 +22,33 @@ class DeviceInfo:
     ambient_c: float = 25.0
     clock_levels: int = 1
     battery_capacity_wh: float | None = None
+
+
+def infos_from_meta(meta: dict[str, object]) -> list[DeviceInfo]:
+    """Device facts a trace header may carry as ``meta["devices"]``.
+
+    The expected shape is ``{name: {"trip_temps_c": [..], "ambient_c": .., "clock_levels": ..,
+    "battery_capacity_wh": ..}}`` (every key optional); anything else is ignored, so a trace
+    without it simply shows devices without trip lines.
+    """
+    devices = meta.get("devices")
+    if not isinstance(devices, dict):
+        return []
+    out = []
+    for name, d in devices.items():
+        if not isinstance(d, dict):
+            continue
+        try:
+            cap = d.get("battery_capacity_wh")
+            out.append(
+                DeviceInfo(
+                    device=str(name),
+                    trip_temps_c=tuple(float(t) for t in d.get("trip_temps_c", ())),
+                    ambient_c=float(d.get("ambient_c", 25.0)),
+                    clock_levels=int(d.get("clock_levels", 1)),
+                    battery_capacity_wh=None if cap is None else float(cap),
+                )
+            )
+        except (TypeError, ValueError):
+            continue
+    return out

@@ -33,6 +33,7 @@ from edgeserve.records import (
     decode,
 )
 from tui.sources.base import Batch, Capabilities, Clock, Item, PacedClock, Panel, SourceError
+from tui.sources.devices import infos_from_meta
 from tui.state import event_time
 
 INDEX_STEP_S = 1.0
@@ -184,6 +185,7 @@ class ReplaySource:
         self._eof = False
         self._seek_to: float | None = None
         self._why_empty: dict[Panel, str] = {}
+        self._infos_sent = False
 
     # ---- Source protocol -----------------------------------------------------------------
     @property
@@ -243,6 +245,10 @@ class ReplaySource:
             self._pending, self._eof, reset = None, False, True
         now = self._clock.now()
         items = self._read_until(now, skip_before=(now - self._history_s) if reset else None)
+        if reset or not self._infos_sent:
+            self._infos_sent = True
+            assert self.index is not None and self.index.header is not None
+            items = [*infos_from_meta(self.index.header.meta), *items]
         ended = self._eof and self._pending is None
         return Batch(items, now, self._status(now, ended), reset=reset, ended=ended)
 
