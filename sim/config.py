@@ -542,6 +542,13 @@ def inline_profiles(raw: Any, base_dir: Path | None = None) -> Any:
                         f"(looked for {path}; shipped: {', '.join(available_profiles())})"
                     )
                 entry["profile"] = load_yaml(path)
+            if isinstance(entry, dict) and "profile_set" in entry:  # tweaks of a named profile
+                tweaks = entry.pop("profile_set")
+                if not isinstance(tweaks, dict) or not isinstance(entry.get("profile"), dict):
+                    raise ConfigError(f"scenario.{section}[{i}].profile_set: expected a mapping "
+                                      "of KEY.PATH: VALUE next to a profile")
+                for key, value in tweaks.items():
+                    set_path(entry["profile"], str(key), value)
     return raw
 
 

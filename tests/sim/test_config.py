@@ -67,3 +67,12 @@ def test_overrides_parse_yaml_values() -> None:
     assert parse_override("policy.kind=always_cloud") == ("policy.kind", "always_cloud")
     with pytest.raises(ConfigError, match=r"expected KEY\.PATH=VALUE"):
         parse_override("nonsense")
+
+
+def test_profile_set_tweaks_a_named_profile() -> None:
+    sc = scenario_from_raw({"name": "x", "duration_s": 1, "devices": [{
+        "name": "p", "profile": "phone-soc",
+        "profile_set": {"battery.initial_fraction": 0.6, "thermal.ambient_c": 35}}]})
+    prof = sc.devices[0].profile
+    assert prof.battery is not None and prof.battery.initial_fraction == 0.6
+    assert prof.thermal.ambient_c == 35.0
