@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, field
 
 from edgeserve.records import CPU_STAGES, RequestRecord, ResourceSample, Stage, stage_spans
-from tui.intervals import measure, subtract, union
+from tui.intervals import BucketRanges, measure, subtract, union
 
 WORKER_STAGES = frozenset({Stage.DECODE, Stage.RESIZE, Stage.NORMALIZE, Stage.ENCODE})
 ENGINE_ROW = "engine"
@@ -66,7 +66,7 @@ class _RecordBucket:
     worker_busy_s: dict[int, float] = field(default_factory=dict)
     engine: list[tuple[float, float]] = field(default_factory=list)
     cpu_wait: list[tuple[float, float]] = field(default_factory=list)
-    cached: tuple[float, float] | None = None  # (engine busy s, stall s)
+    # spans that cover whole buckets go to Timeline._engine_full / _cpu_full instead
 
 
 class Timeline:
@@ -95,6 +95,8 @@ class Timeline:
         self.workers = 0
         self._samples: dict[int, _SampleBucket] = {}
         self._records: dict[int, _RecordBucket] = {}
+        self._engine_full = BucketRanges()
+        self._cpu_full = BucketRanges()
         self._newest = -(1 << 62)
         self._oldest = 1 << 62
 
@@ -134,17 +136,31 @@ class Timeline:
                     wb = self._records.setdefault(k, _RecordBucket()).worker_busy_s
                     wb[r.worker] = wb.get(r.worker, 0.0) + (hi - lo)
             if local and stage in CPU_STAGES:
-                for k, lo, hi in self._split(a, b):
-                    rb = self._records.setdefault(k, _RecordBucket())
-                    rb.cpu_wait.append((lo, hi))
-                    rb.cached = None
+                self._add_span(a, b, self._cpu_full, "cpu_wait")
         if local and r.engine_queued_s is not None:
             end = r.last_token_s or r.first_token_s or r.finished_s
             if end is not None and end > r.engine_queued_s:
-                for k, lo, hi in self._split(r.engine_queued_s, end):
-                    rb = self._records.setdefault(k, _RecordBucket())
-                    rb.engine.append((lo, hi))
-                    rb.cached = None
+                self._add_span(r.engine_queued_s, end, self._engine_full, "engine")
+
+    def _add_span(self, a: float, b: float, full: BucketRanges, field_: str) -> None:
+        """``[a, b)``: whole buckets into ``full``, the partial ends into the buckets' lists."""
+        bs, eps = self.bucket_s, 1e-9
+        k0, k1 = math.floor(a / bs), math.ceil(b / bs) - 1
+        first, last = k0, k1
+        if a > k0 * bs + eps:
+            first = k0 + 1
+            self._partial(k0, a, min(b, (k0 + 1) * bs), field_)
+        if b < (k1 + 1) * bs - eps and k1 >= first:
+            last = k1 - 1
+            self._partial(k1, max(a, k1 * bs), b, field_)
+        if first <= last and self._touch(last):
+            full.add(max(first, self._newest - self.keep + 1), last)
+            self._oldest = min(self._oldest, first)
+
+    def _partial(self, k: int, lo: float, hi: float, field_: str) -> None:
+        if hi > lo and self._touch(k):
+            rb = self._records.setdefault(k, _RecordBucket())
+            getattr(rb, field_).append((lo, hi))
 
     def _split(self, a: float, b: float) -> list[tuple[int, float, float]]:
         """``[a, b)`` cut at bucket boundaries, as ``(bucket, lo, hi)``; dropped buckets skipped."""
@@ -167,11 +183,15 @@ class Timeline:
             for store in (self._samples, self._records):
                 for old in [j for j in store if j <= oldest]:
                     del store[old]
+            self._engine_full.trim(oldest)
+            self._cpu_full.trim(oldest)
         return k > self._newest - self.keep
 
     def clear(self) -> None:
         self._samples.clear()
         self._records.clear()
+        self._engine_full.clear()
+        self._cpu_full.clear()
         self._newest = -(1 << 62)
         self._oldest = 1 << 62
         self.workers = 0
@@ -210,6 +230,17 @@ class Timeline:
             Cell(CellState.IDLE) if self._oldest <= k <= self._newest else Cell(CellState.NO_DATA)
         )
 
+    def _busy_and_stall(self, k: int) -> tuple[float, float]:
+        """Engine-busy and stall seconds of bucket ``k``, from the record intervals."""
+        if k in self._engine_full:
+            return self.bucket_s, 0.0
+        r = self._records.get(k)
+        engine = union(r.engine) if r else []
+        busy = measure(engine)
+        if k in self._cpu_full:
+            return busy, self.bucket_s - busy
+        return busy, measure(subtract(union(r.cpu_wait), engine)) if r else 0.0
+
     def _engine_cell(self, k: int) -> Cell:
         if self.from_samples:
             s = self._samples.get(k)
@@ -217,13 +248,10 @@ class Timeline:
                 return Cell(CellState.NO_DATA)
             busy, stall = s.engine_busy_s / s.covered_s, s.stall_s / s.covered_s
         else:
-            r = self._records.get(k)
-            if r is None:
+            if k not in self._records and k not in self._engine_full and k not in self._cpu_full:
                 return self._gap(k)
-            if r.cached is None:
-                engine = union(r.engine)
-                r.cached = (measure(engine), measure(subtract(union(r.cpu_wait), engine)))
-            busy, stall = r.cached[0] / self.bucket_s, r.cached[1] / self.bucket_s
+            busy_s, stall_s = self._busy_and_stall(k)
+            busy, stall = busy_s / self.bucket_s, stall_s / self.bucket_s
         busy, stall = min(1.0, busy), min(1.0, stall)
         if stall > 0 and stall >= self.stall_threshold:
             return Cell(CellState.STALL, busy=busy, stall=stall)

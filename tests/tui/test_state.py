@@ -290,3 +290,28 @@ def test_filter_words_must_all_match(query: str, expected: bool):
 def test_config_is_validated_with_a_clear_message():
     with pytest.raises(ValueError, match="window_s must be > 0"):
         StateConfig(window_s=0)
+
+
+def test_a_long_wait_in_the_preprocessing_queue_is_a_stall_in_every_second_it_lasts():
+    r = RequestRecord(
+        id="a",
+        worker=0,
+        arrived_s=0.0,
+        preproc_queued_s=0.0,
+        preproc_start_s=10.5,
+        decode_end_s=10.6,
+        resize_end_s=10.65,
+        normalize_end_s=10.7,
+        engine_queued_s=10.7,
+        first_token_s=10.8,
+        last_token_s=11.2,
+        finished_s=11.2,
+    )
+    st = PipelineState()
+    st.fold([r])
+    st.advance(12.0)
+    engine = st.snapshot(timeline_columns=12).timeline[-1].cells
+    assert [c.state for c in engine] == [CellState.STALL] * 11 + [CellState.IDLE]
+    assert [c.stall for c in engine[:10]] == [1.0] * 10
+    assert engine[10].busy == pytest.approx(0.3) and engine[10].stall == pytest.approx(0.7)
+    assert engine[11].busy == pytest.approx(0.2)

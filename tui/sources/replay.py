@@ -244,7 +244,9 @@ class ReplaySource:
             self._f.seek(self.index.offset_before(target - self._history_s))
             self._pending, self._eof, reset = None, False, True
         now = self._clock.now()
-        items = self._read_until(now, skip_before=(now - self._history_s) if reset else None)
+        skip = (now - self._history_s) if reset else None
+        # decoding thousands of lines at high speed must not stall the UI: read in a thread
+        items = await asyncio.to_thread(self._read_until, now, skip)
         if reset or not self._infos_sent:
             self._infos_sent = True
             assert self.index is not None and self.index.header is not None
