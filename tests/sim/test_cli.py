@@ -105,3 +105,10 @@ def test_a_missing_replay_trace_is_named(tmp_path: Path, capsys: pytest.CaptureF
         "    workload: {kind: replay, trace: gone.jsonl}\n")
     assert main(["sim", "run", str(tmp_path / "s.yaml")]) == 2
     assert "scenario.devices[0].workload.trace: no such file 'gone.jsonl'" in capsys.readouterr().err
+
+
+def test_run_prints_a_json_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sim", "run", "--duration", "60", "--json", "--policy", "always_cloud"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["policy"] == "always_cloud" and s["fleet"]["offload_share"] == 1.0
+    assert [d["name"] for d in s["devices"]] == ["jetson-0", "jetson-1", "kiosk", "phone"]

@@ -11,6 +11,7 @@ with 5 °C hysteresis. At full clock T heads for 65 °C, throttled for 45 °C, s
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -118,3 +119,15 @@ def test_heating_follows_the_rc_curve_in_a_run() -> None:
     expected = 25.0 + 40.0 * (1 - math.exp(-(at_tau.t_s - t0) / TAU_S))
     assert at_tau.temp_c == pytest.approx(expected, abs=1e-9)
     assert abs(samples[-1].temp_c - 65.0) < 0.1
+
+
+def test_summary_throttled_share_is_the_time_below_full_clock() -> None:
+    sim = Simulation(busy_core_scenario([{"temp_c": 60.0, "hysteresis_c": 5.0}], duration_s=150))
+    changes: list[tuple[float, int]] = []
+    sim.devices[0].on_level = lambda d: changes.append((d.loop.now, d.level))
+    summary = sim.run()
+    end = summary.sim_time_s
+    throttled = sum((b[0] if b else end) - a[0]
+                    for a, b in itertools.zip_longest(changes, changes[1:]) if a[1] > 0)
+    assert len(changes) >= 4
+    assert summary.devices[0].throttled_share == pytest.approx(throttled / end)
