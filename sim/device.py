@@ -36,7 +36,6 @@ from sim.config import (
     GovernorKind,
     LinkConfig,
     StageName,
-    UnitKind,
 )
 from sim.job import Job
 from sim.loop import EventLoop
@@ -451,6 +450,3 @@ class Device:
         job.rec.finished_s = self.loop.now
         self.on_finished(job)
 
-
-def unit_kind(profile: DeviceProfile, unit: str) -> UnitKind:
-    return profile.units[unit].kind

@@ -58,14 +58,6 @@ class Link:
     def send_down(self, bytes_: float, now_s: float) -> float:
         return self._send(self.down, bytes_, now_s)
 
-    def estimate_up_s(self, bytes_: float, now_s: float) -> float:
-        """Expected uplink time without drawing randomness (for policies)."""
-        d = self.up
-        wait = d.free_at_s - now_s if d.free_at_s > now_s else 0.0
-        tx = bytes_ * 8.0 / d.bits_per_s
-        retries = self.loss / (1.0 - self.loss)
-        return wait + tx * (1 + retries) + retries * self.rto_s + self.half_rtt_s + self.jitter_s
-
     def estimate_s(self, up_bytes: float, down_bytes: float, now_s: float) -> float:
         """Expected uplink + downlink time (what a policy adds to the server's own time)."""
         d = self.up
@@ -74,8 +66,3 @@ class Link:
         retries = self.loss / (1.0 - self.loss)
         return wait + tx * (1 + retries) + 2 * (retries * self.rto_s + self.half_rtt_s
                                                 + self.jitter_s)
-
-    def estimate_down_s(self, bytes_: float) -> float:
-        tx = bytes_ * 8.0 / self.down.bits_per_s
-        retries = self.loss / (1.0 - self.loss)
-        return tx * (1 + retries) + retries * self.rto_s + self.half_rtt_s + self.jitter_s

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from sim.config import PolicyConfig
 from sim.schema import ConfigError, build, require
@@ -255,8 +255,3 @@ def describe() -> list[tuple[str, str]]:
         out.append((name, doc[0] if doc else ""))
     return out
 
-
-def _params(p: Policy) -> dict[str, Any]:
-    import dataclasses
-
-    return {f.name: getattr(p, f.name) for f in dataclasses.fields(p)}  # type: ignore[arg-type]

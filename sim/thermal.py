@@ -86,12 +86,6 @@ class StepWiseGovernor:
             self.active -= 1
         return self.level
 
-    def next_thresholds(self) -> tuple[float | None, float | None]:
-        """The temperatures whose crossing changes the level: (upward, downward)."""
-        up = self.trip_c[self.active] if self.active < len(self.trip_c) else None
-        down = self.release_c[self.active - 1] if self.active > 0 else None
-        return up, down
-
 
 class PowerAllocatorGovernor:
     """PID on the temperature error sets a power budget; pick the fastest level that fits it."""
