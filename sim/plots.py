@@ -67,25 +67,39 @@ def thermal(result: RunResult, path: Path) -> Path:
     return path
 
 
-def offload_share(results: list[RunResult], path: Path, key: str = "policy") -> Path:
-    """Share of decisions sent to the cloud per sample interval, fleet-wide, per policy."""
+def offload_share(results: list[RunResult], path: Path, key: str = "policy",
+                  windows: int = 60) -> Path:
+    """Fleet share of decisions sent to the cloud over time, one line per policy (first seed),
+    in ``windows`` equal time windows (per-interval shares of a few decisions are too noisy)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 4))
     seen = set()
     for r in results:
         name = str(r.spec_label.get(key, r.summary.policy))
-        if name in seen:
+        if name in seen or not r.series:
             continue
         seen.add(name)
-        for dev, s in r.series.items():
-            t, v = s["offload_share"]
-            ax.plot(t, v, label=f"{name}: {dev}", alpha=0.8)
+        end = max((s["decisions"][0][-1] for s in r.series.values() if s["decisions"][0]),
+                  default=0.0)
+        if end <= 0:
+            continue
+        width = end / windows
+        dec = [0.0] * (windows + 1)
+        off = [0.0] * (windows + 1)
+        for s in r.series.values():
+            for (t, d), o in zip(zip(*s["decisions"], strict=True), s["offloads"][1], strict=True):
+                i = min(windows, int(t / width))
+                dec[i] += d
+                off[i] += o
+        xs = [(i + 0.5) * width for i in range(windows + 1) if dec[i] > 0]
+        ys = [off[i] / dec[i] for i in range(windows + 1) if dec[i] > 0]
+        ax.plot(xs, ys, marker=".", label=name)
     ax.set_ylim(-0.05, 1.05)
     ax.set_xlabel("simulated time (s)")
-    ax.set_ylabel("offload share")
+    ax.set_ylabel("offload share (fleet)")
     ax.set_title("Offload share over time")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

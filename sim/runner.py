@@ -60,6 +60,8 @@ def run_spec(spec: RunSpec, progress: bool = False) -> RunResult:
             "temp_c": (tl.temp_c.t, tl.temp_c.v),
             "clock_level": (tl.clock_level.t, tl.clock_level.v),
             "offload_share": (tl.offload_share.t, tl.offload_share.v),
+            "decisions": (tl.decisions.t, tl.decisions.v),
+            "offloads": (tl.offloads.t, tl.offloads.v),
             "power_w": (tl.power_w.t, tl.power_w.v),
             "battery_wh": (tl.battery_wh.t, tl.battery_wh.v),
         }

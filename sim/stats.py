@@ -155,6 +155,8 @@ class Timeline:
     clock_level: Series = field(default_factory=Series)
     power_w: Series = field(default_factory=Series)
     offload_share: Series = field(default_factory=Series)
+    decisions: Series = field(default_factory=Series)  # per sample interval
+    offloads: Series = field(default_factory=Series)  # per sample interval
     battery_wh: Series = field(default_factory=Series)
     max_temp_c: float = -math.inf
     _decisions: int = 0
@@ -206,7 +208,10 @@ class StatsCollector:
         if s.battery_wh is not None:
             tl.battery_wh.add(s.t_s, s.battery_wh)
         dd = decisions - tl._decisions
-        tl.offload_share.add(s.t_s, (offloaded - tl._offloaded) / dd if dd else 0.0)
+        do = offloaded - tl._offloaded
+        tl.offload_share.add(s.t_s, do / dd if dd else 0.0)
+        tl.decisions.add(s.t_s, dd)
+        tl.offloads.add(s.t_s, do)
         tl._decisions, tl._offloaded = decisions, offloaded
         tl.max_temp_c = max(tl.max_temp_c, s.temp_c)
 
