@@ -25,9 +25,9 @@ from collections.abc import Callable
 from typing import Any
 
 from sim.batching import BatchEngine
-from sim.config import CloudProfile, ModelShape
 from sim.job import Job
 from sim.loop import EventLoop
+from sim.profiles import CloudProfile, ModelShape
 
 
 def kv_bytes_per_token(m: ModelShape) -> float:

@@ -30,16 +30,11 @@ from typing import Any
 from edgeserve.records import DeviceSample, Outcome
 from sim.batching import BatchEngine
 from sim.cloud import CloudServer
-from sim.config import (
-    CPU_STAGE_NAMES,
-    DeviceProfile,
-    GovernorKind,
-    LinkConfig,
-    StageName,
-)
+from sim.config import LinkConfig
 from sim.job import Job
 from sim.loop import EventLoop
 from sim.network import Link
+from sim.profiles import CPU_STAGE_NAMES, DeviceProfile, GovernorKind, StageName
 from sim.service import Draws, ServiceTime, mean_of_sum
 from sim.thermal import PowerAllocatorGovernor, StepWiseGovernor, ThermalNode
 

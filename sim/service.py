@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from sim.config import FEATURES, ServiceKind, ServiceModelConfig
+from sim.profiles import FEATURES, ServiceKind, ServiceModelConfig
 
 _BLOCK = 4096
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 
-from sim.config import PidConfig, ThermalConfig
+from sim.profiles import PidConfig, ThermalConfig
 
 
 class ThermalNode:

@@ -31,7 +31,8 @@ def run(args: argparse.Namespace) -> int:
 
     from edgeserve.records import TraceError
     from sim.calibrate import calibrate, format_fits, read_records, to_profile
-    from sim.config import DeviceProfile, resolve_profile_path
+    from sim.config import resolve_profile_path
+    from sim.profiles import DeviceProfile
     from sim.schema import ConfigError, build, load_yaml
 
     try:

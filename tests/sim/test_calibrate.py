@@ -14,7 +14,8 @@ import yaml
 
 from edgeserve.cli.main import main
 from sim.calibrate import calibrate, read_records
-from sim.config import DeviceProfile, scenario_from_raw
+from sim.config import scenario_from_raw
+from sim.profiles import DeviceProfile
 from sim.schema import build
 from sim.simulation import Simulation
 

@@ -8,9 +8,9 @@ import pytest
 
 from edgeserve.records import RequestRecord
 from sim.batching import BatchEngine
-from sim.config import ServiceKind, ServiceModelConfig
 from sim.job import Job
 from sim.loop import EventLoop
+from sim.profiles import ServiceKind, ServiceModelConfig
 from sim.service import Draws, ServiceTime
 
 

@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from edgeserve.records import DeviceSample, RequestRecord
-from sim.config import ThermalConfig, TripConfig, scenario_from_raw
+from sim.config import scenario_from_raw
 from sim.device import Device
+from sim.profiles import ThermalConfig, TripConfig
 from sim.simulation import Simulation
 from sim.thermal import StepWiseGovernor, ThermalNode
 from tests.sim.conftest import one_core_profile

@@ -1,0 +1,320 @@
+"""Hardware profiles: edge devices and cloud LLM servers, as typed, validated dataclasses.
+
+A :class:`DeviceProfile` describes an edge device — compute units with idle/active power,
+per-stage service-time models, DVFS levels, a thermal RC node with trip points and a governor,
+an optional battery, its LLM engine and smaller fallback models. A :class:`CloudProfile` describes
+one GPU server replica — the GPU, the model's shape and dtypes, and serving knobs — from which
+:mod:`sim.cloud` derives KV capacity and roofline step times. Profiles are YAML files in
+``models/profiles/``; each lists its ``sources`` and, separately, what is ``assumed``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from sim.schema import fraction, non_negative, positive, require
+
+#: Request features a service-time model may depend on (linear coefficients in ``per``).
+FEATURES = (
+    "source_pixels",  # decoded image pixels (width × height of the original)
+    "target_pixels",  # pixels after smart_resize
+    "image_tokens",  # vision tokens after the 2×2 merge
+    "prompt_tokens",  # whole prompt, image tokens included
+    "output_tokens",
+    "batch",  # decode step: requests in the running batch
+    "context_tokens",  # decode step: KV tokens of the whole batch
+)
+
+
+class ServiceKind(enum.StrEnum):
+    DETERMINISTIC = "deterministic"  # exactly the linear mean
+    EXPONENTIAL = "exponential"  # exponential with that mean (M/M/k queues)
+    LOGNORMAL = "lognormal"  # lognormal with that mean and coefficient of variation ``cv``
+    EMPIRICAL = "empirical"  # a recorded sample, scaled so its mean is the linear mean
+
+
+@dataclass(slots=True, frozen=True)
+class ServiceModelConfig:
+    """Service time of one stage: ``base_s + Σ per[feature] · feature`` seconds at clock scale 1.
+
+    The mean is linear in the request's features; ``kind`` adds the spread around it.
+    """
+
+    kind: ServiceKind = ServiceKind.DETERMINISTIC
+    base_s: float = 0.0
+    per: dict[str, float] = field(default_factory=dict)
+    cv: float = 0.0
+    samples_s: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        non_negative(self.base_s, "base_s")
+        for k, v in self.per.items():
+            require(k in FEATURES, f"per.{k}", f"unknown feature (known: {', '.join(FEATURES)})")
+            non_negative(v, f"per.{k}")
+        non_negative(self.cv, "cv")
+        if self.kind is ServiceKind.EMPIRICAL:
+            require(len(self.samples_s) > 0, "samples_s", "an empirical model needs samples")
+            require(all(s > 0 for s in self.samples_s), "samples_s", "samples must be > 0")
+
+
+class UnitKind(enum.StrEnum):
+    CPU = "cpu"
+    GPU = "gpu"
+    NPU = "npu"
+
+
+@dataclass(slots=True, frozen=True)
+class UnitConfig:
+    """A compute unit: ``count`` identical servers (CPU cores) with idle and active power each."""
+
+    kind: UnitKind
+    count: int = 1
+    idle_w: float = 0.0
+    active_w: float = 1.0
+
+    def __post_init__(self) -> None:
+        positive(self.count, "count")
+        non_negative(self.idle_w, "idle_w")
+        require(self.active_w >= self.idle_w, "active_w", "must be >= idle_w")
+
+
+class StageName(enum.StrEnum):
+    IMAGE_DECODE = "image_decode"
+    RESIZE = "resize"
+    NORMALIZE = "normalize"
+    ENCODE = "encode"
+    PREFILL = "prefill"
+    DECODE_STEP = "decode_step"
+
+
+CPU_STAGE_NAMES = (StageName.IMAGE_DECODE, StageName.RESIZE, StageName.NORMALIZE)
+REQUIRED_STAGES = (*CPU_STAGE_NAMES, StageName.PREFILL, StageName.DECODE_STEP)
+
+
+@dataclass(slots=True, frozen=True)
+class StageConfig:
+    unit: str
+    model: ServiceModelConfig = field(default_factory=ServiceModelConfig)
+
+
+@dataclass(slots=True, frozen=True)
+class DvfsLevel:
+    """A clock level: service times stretch by ``scale``; dynamic power is times ``power_scale``."""
+
+    scale: float = 1.0
+    power_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        require(self.scale >= 1.0, "scale", f"must be >= 1 (level 0 is nominal), got {self.scale}")
+        positive(self.power_scale, "power_scale")
+
+
+@dataclass(slots=True, frozen=True)
+class TripConfig:
+    """Throttle one level more at ``temp_c``; release it below ``temp_c - hysteresis_c``."""
+
+    temp_c: float
+    hysteresis_c: float = 2.0
+
+    def __post_init__(self) -> None:
+        non_negative(self.hysteresis_c, "hysteresis_c")
+
+
+class GovernorKind(enum.StrEnum):
+    STEP_WISE = "step_wise"
+    POWER_ALLOCATOR = "power_allocator"
+
+
+@dataclass(slots=True, frozen=True)
+class PidConfig:
+    """Linux power_allocator-like governor: a PID on ``control_temp_c − T`` sets a power budget."""
+
+    control_temp_c: float = 80.0
+    sustainable_power_w: float = 5.0
+    k_p: float = 0.5
+    k_i: float = 0.05
+    k_d: float = 0.0
+    interval_s: float = 0.1
+    switch_on_below_c: float = 10.0  # governor idle (full speed) below control − this
+
+    def __post_init__(self) -> None:
+        positive(self.sustainable_power_w, "sustainable_power_w")
+        non_negative(self.switch_on_below_c, "switch_on_below_c")
+        positive(self.interval_s, "interval_s")
+
+
+@dataclass(slots=True, frozen=True)
+class ThermalConfig:
+    """Lumped RC node: ``C·dT/dt = P − (T − T_amb)/R``. Time constant ``R·C`` seconds."""
+
+    r_c_per_w: float
+    c_j_per_c: float
+    ambient_c: float = 25.0
+    initial_c: float | None = None  # None: start at ambient
+    trips: list[TripConfig] = field(default_factory=list)
+    governor: GovernorKind = GovernorKind.STEP_WISE
+    pid: PidConfig = field(default_factory=PidConfig)
+
+    def __post_init__(self) -> None:
+        positive(self.r_c_per_w, "r_c_per_w")
+        positive(self.c_j_per_c, "c_j_per_c")
+        temps = [t.temp_c for t in self.trips]
+        require(temps == sorted(temps), "trips", "trip points must be in rising temperature order")
+
+
+@dataclass(slots=True, frozen=True)
+class BatteryConfig:
+    capacity_wh: float
+    initial_fraction: float = 1.0
+    low_fraction: float = 0.2  # below this the battery counts as low (energy-aware policy)
+
+    def __post_init__(self) -> None:
+        positive(self.capacity_wh, "capacity_wh")
+        fraction(self.initial_fraction, "initial_fraction")
+        fraction(self.low_fraction, "low_fraction")
+
+
+@dataclass(slots=True, frozen=True)
+class LocalLlmConfig:
+    """The device's own continuous-batching engine."""
+
+    kv_capacity_tokens: int = 8192
+    max_batch: int = 8
+
+    def __post_init__(self) -> None:
+        positive(self.kv_capacity_tokens, "kv_capacity_tokens")
+        positive(self.max_batch, "max_batch")
+
+
+@dataclass(slots=True, frozen=True)
+class LlmVariant:
+    """A smaller model the device can fall back to (model downgrade), with its own engine.
+
+    It runs on ``unit`` with its own batch and KV cache. When that is the unit of the main model
+    the two engines are *not* made to share it (an optimistic assumption); putting the small
+    model on a second accelerator (GPU + NPU) is the case this models faithfully.
+    """
+
+    unit: str
+    prefill: ServiceModelConfig
+    decode_step: ServiceModelConfig
+    kv_capacity_tokens: int = 8192
+    max_batch: int = 8
+
+    def __post_init__(self) -> None:
+        positive(self.kv_capacity_tokens, "kv_capacity_tokens")
+        positive(self.max_batch, "max_batch")
+
+
+@dataclass(slots=True, frozen=True)
+class DeviceProfile:
+    """An edge device: units, per-stage service models, DVFS, thermal, power, battery."""
+
+    name: str
+    units: dict[str, UnitConfig]
+    stages: dict[str, StageConfig]
+    thermal: ThermalConfig
+    description: str = ""
+    sources: list[str] = field(default_factory=list)
+    assumed: list[str] = field(default_factory=list)
+    base_w: float = 0.0  # always-on power (memory, radios, board)
+    dvfs: list[DvfsLevel] = field(default_factory=lambda: [DvfsLevel()])
+    battery: BatteryConfig | None = None
+    llm: LocalLlmConfig = field(default_factory=LocalLlmConfig)
+    llm_variants: dict[str, LlmVariant] = field(default_factory=dict)  # name → smaller model
+
+    def __post_init__(self) -> None:
+        non_negative(self.base_w, "base_w")
+        for vname, v in self.llm_variants.items():
+            require(v.unit in self.units, f"llm_variants.{vname}.unit",
+                    f"no unit {v.unit!r} (units: {', '.join(self.units)})")
+        require(len(self.dvfs) > 0, "dvfs", "needs at least one level")
+        for name, st in self.stages.items():
+            require(name in StageName.__members__.values(), f"stages.{name}",
+                    f"unknown stage (known: {', '.join(s.value for s in StageName)})")
+            require(st.unit in self.units, f"stages.{name}.unit",
+                    f"no unit {st.unit!r} (units: {', '.join(self.units)})")
+        for s in REQUIRED_STAGES:
+            require(s.value in self.stages, f"stages.{s.value}", "required stage is missing")
+        for s in CPU_STAGE_NAMES:
+            unit = self.stages[s.value].unit
+            require(self.units[unit].kind is UnitKind.CPU, f"stages.{s.value}.unit",
+                    "image decode, resize and normalize run on a CPU unit")
+        require(self.stages["prefill"].unit == self.stages["decode_step"].unit,
+                "stages.decode_step.unit", "prefill and decode_step must share one unit")
+
+
+class Dtype(enum.StrEnum):
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP8 = "fp8"
+    INT8 = "int8"
+    INT4 = "int4"
+
+    @property
+    def bytes(self) -> float:
+        return {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}[self.value]
+
+
+@dataclass(slots=True, frozen=True)
+class GpuConfig:
+    name: str
+    memory_gb: float  # GiB-agnostic: 1 GB = 1e9 bytes
+    mem_bandwidth_gb_s: float
+    compute_tflops: float  # dense bf16 tensor throughput
+    power_w: float = 700.0
+
+    def __post_init__(self) -> None:
+        positive(self.memory_gb, "memory_gb")
+        positive(self.mem_bandwidth_gb_s, "mem_bandwidth_gb_s")
+        positive(self.compute_tflops, "compute_tflops")
+
+
+@dataclass(slots=True, frozen=True)
+class ModelShape:
+    """What the roofline and KV formulas need of a decoder-only LLM."""
+
+    name: str
+    params_b: float  # billions of parameters (vision tower included)
+    layers: int
+    kv_heads: int
+    head_dim: int
+    weight_dtype: Dtype = Dtype.BF16
+    kv_dtype: Dtype = Dtype.BF16
+
+    def __post_init__(self) -> None:
+        positive(self.params_b, "params_b")
+        positive(self.layers, "layers")
+        positive(self.kv_heads, "kv_heads")
+        positive(self.head_dim, "head_dim")
+
+
+@dataclass(slots=True, frozen=True)
+class ServerConfig:
+    gpu_memory_utilization: float = 0.9
+    max_batch: int = 256
+    step_overhead_s: float = 0.003  # scheduler + launch per engine step
+    compute_efficiency: float = 0.5  # achieved fraction of peak FLOPs
+    bandwidth_efficiency: float = 0.8  # achieved fraction of peak memory bandwidth
+    preprocess_s_per_mpixel: float = 0.004  # server-side image work (fast CPUs, many of them)
+    encode_s_per_image_token: float = 2e-5
+    activation_reserve_gb: float = 2.0  # memory not available to KV besides weights
+
+    def __post_init__(self) -> None:
+        require(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization", "must be in (0, 1]")
+        positive(self.max_batch, "max_batch")
+        non_negative(self.step_overhead_s, "step_overhead_s")
+        require(0 < self.compute_efficiency <= 1, "compute_efficiency", "must be in (0, 1]")
+        require(0 < self.bandwidth_efficiency <= 1, "bandwidth_efficiency", "must be in (0, 1]")
+
+
+@dataclass(slots=True, frozen=True)
+class CloudProfile:
+    name: str
+    gpu: GpuConfig
+    model: ModelShape
+    server: ServerConfig = field(default_factory=ServerConfig)
+    description: str = ""
+    sources: list[str] = field(default_factory=list)
+    assumed: list[str] = field(default_factory=list)
