@@ -14,7 +14,8 @@ excluded):
 
 Workload: photographs (scikit-image's samples, scaled to the requested size and shifted so that
 every request is a new image for the caches) as JPEG data URLs, prepared before any timing;
-requests one at a time, ``max_tokens=1``. Arms alternate in rounds (A B C, A B C, …) and the
+``--concurrency`` requests in flight, ``--max-tokens`` tokens each (``ignore_eos``); for the
+edgeserve arms the report adds the engine stall time per image from their ``/metrics``. Arms alternate in rounds (A B C, A B C, …) and the
 report gives per-round ratios against vllm-serve (median, min, max).
 
 Usage::
@@ -37,6 +38,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,6 +63,8 @@ class Arm:
     proc: subprocess.Popen[bytes] | None = None
     cpu_ms_per_image: list[float] = field(default_factory=list)
     latency_s: list[float] = field(default_factory=list)
+    images_per_s: list[float] = field(default_factory=list)
+    stall_ms_per_image: list[float] = field(default_factory=list)  # edgeserve only
 
     @property
     def url(self) -> str:
@@ -90,6 +94,13 @@ class Arm:
         t = psutil.Process(self.proc.pid).cpu_times()
         return float(t.user + t.system)
 
+    def metric(self, name: str) -> float:
+        with urllib.request.urlopen(self.url + "/metrics", timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(name + " "):
+                    return float(line.split()[1])
+        return 0.0
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -99,7 +110,7 @@ class Arm:
                 self.proc.kill()
 
 
-def make_payloads(n: int, width: int, height: int) -> list[bytes]:
+def make_payloads(n: int, width: int, height: int, max_tokens: int) -> list[bytes]:
     from skimage import data as photos
 
     sources = [photos.astronaut(), photos.coffee(), photos.chelsea(), photos.rocket()]
@@ -115,8 +126,9 @@ def make_payloads(n: int, width: int, height: int) -> list[bytes]:
         url = "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
         body = {
             "model": str(MODEL),
-            "max_tokens": 1,
+            "max_tokens": max_tokens,
             "temperature": 0,
+            "ignore_eos": True,
             "messages": [
                 {
                     "role": "user",
@@ -146,6 +158,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--per-round", type=int, default=5, help="images per arm per round")
     ap.add_argument("--size", default="4000x3000", help="photo size WxH (default: 4000x3000)")
+    ap.add_argument("--concurrency", type=int, default=1, help="requests in flight per arm")
+    ap.add_argument("--max-tokens", type=int, default=1)
     ap.add_argument("--log-dir", default="/tmp/serve_frontend_cpu")
     ap.add_argument("--json", metavar="FILE", help="also write the raw figures as JSON")
     args = ap.parse_args()
@@ -154,8 +168,14 @@ def main() -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     py = sys.executable
     # a fixed KV-cache size: three engines starting at once cannot agree on free-memory fractions
-    common = ["--max-model-len", "4096", "--max-num-seqs", "8",
-              "--kv-cache-memory-bytes", str(256 << 20)]
+    common = [
+        "--max-model-len",
+        "4096",
+        "--max-num-seqs",
+        "8",
+        "--kv-cache-memory-bytes",
+        str(256 << 20),
+    ]
     arms = [
         Arm(
             "edgeserve-split",
@@ -170,13 +190,27 @@ def main() -> int:
                 "split",
                 "--workers",
                 "1",
+                "--sample-interval",
+                "0.25",
                 *common,
             ],
             free_port(),
         ),
         Arm(
             "edgeserve-inline",
-            [py, "-m", "edgeserve", "serve", "--model", str(MODEL), "--mode", "inline", *common],
+            [
+                py,
+                "-m",
+                "edgeserve",
+                "serve",
+                "--model",
+                str(MODEL),
+                "--mode",
+                "inline",
+                "--sample-interval",
+                "0.25",
+                *common,
+            ],
             free_port(),
         ),
         Arm(
@@ -197,10 +231,12 @@ def main() -> int:
         a.argv += ["--port", str(a.port)]
     print(
         f"machine: {os.cpu_count()} cores, no GPU; model: tiny Qwen2-VL; images: {width}x{height} "
-        f"JPEG photos (q90), sequential requests, max_tokens=1",
+        f"JPEG photos (q90), concurrency {args.concurrency}, max_tokens={args.max_tokens} "
+        "(ignore_eos)",
         flush=True,
     )
-    payloads = make_payloads(args.rounds * args.per_round * len(arms) + len(arms), width, height)
+    n_payloads = args.rounds * args.per_round * len(arms) + len(arms)
+    payloads = make_payloads(n_payloads, width, height, args.max_tokens)
     try:
         for a in arms:
             a.start(log_dir)
@@ -213,12 +249,24 @@ def main() -> int:
             k += 1
         for r in range(args.rounds):
             for a in arms:
-                cpu0 = a.frontend_cpu_s()
-                lat = [post(a.url, payloads[k + i]) for i in range(args.per_round)]
+                edge = a.name.startswith("edgeserve")
+                if edge:
+                    time.sleep(1.0)  # the stall meter settles windows 0.5 s late
+                    stall0 = a.metric("edgeserve_engine_stall_seconds_total")
+                cpu0, t0 = a.frontend_cpu_s(), time.perf_counter()
+                batch = payloads[k : k + args.per_round]
+                with ThreadPoolExecutor(args.concurrency) as ex:
+                    lat = list(ex.map(lambda b, a=a: post(a.url, b), batch))
+                wall = time.perf_counter() - t0
                 k += args.per_round
                 cpu1 = a.frontend_cpu_s()
                 a.cpu_ms_per_image.append((cpu1 - cpu0) / args.per_round * 1000)
                 a.latency_s.extend(lat)
+                a.images_per_s.append(args.per_round / wall)
+                if edge:
+                    time.sleep(1.0)
+                    stall = a.metric("edgeserve_engine_stall_seconds_total") - stall0
+                    a.stall_ms_per_image.append(stall / args.per_round * 1000)
             print(
                 f"round {r + 1}: "
                 + ", ".join(f"{a.name} {a.cpu_ms_per_image[-1]:.1f} ms" for a in arms),
@@ -227,24 +275,33 @@ def main() -> int:
     finally:
         for a in arms:
             a.stop()
-    ref = arms[-1]
+    ref, med = arms[-1], statistics.median
     print(
         f"\n| server | frontend CPU ms/image (median of {args.rounds} rounds) | "
-        "ratio to vllm-serve (median, min–max) | E2E latency s (median) |"
+        "ratio to vllm-serve (median, min–max) | images/s | throughput ratio to vllm-serve | "
+        "E2E latency s (median) | engine stall ms/image |"
     )
-    print("|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for a in arms:
         ratios = [x / y for x, y in zip(a.cpu_ms_per_image, ref.cpu_ms_per_image, strict=True)]
+        tput = [x / y for x, y in zip(a.images_per_s, ref.images_per_s, strict=True)]
+        stall = f"{med(a.stall_ms_per_image):.1f}" if a.stall_ms_per_image else "n/a"
         print(
-            f"| {a.name} | {statistics.median(a.cpu_ms_per_image):.1f} | "
-            f"{statistics.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f}) | "
-            f"{statistics.median(a.latency_s):.3f} |"
+            f"| {a.name} | {med(a.cpu_ms_per_image):.1f} | "
+            f"{med(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f}) | "
+            f"{med(a.images_per_s):.2f} | {med(tput):.2f} ({min(tput):.2f}–{max(tput):.2f}) | "
+            f"{med(a.latency_s):.3f} | {stall} |"
         )
     if args.json:
         Path(args.json).write_text(
             json.dumps(
                 {
-                    a.name: {"cpu_ms_per_image": a.cpu_ms_per_image, "latency_s": a.latency_s}
+                    a.name: {
+                        "cpu_ms_per_image": a.cpu_ms_per_image,
+                        "latency_s": a.latency_s,
+                        "images_per_s": a.images_per_s,
+                        "stall_ms_per_image": a.stall_ms_per_image,
+                    }
                     for a in arms
                 },
                 indent=1,

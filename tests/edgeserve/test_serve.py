@@ -52,7 +52,7 @@ def data_url(payload: bytes, mime: str = "image/jpeg") -> str:
     return f"data:{mime};base64,{base64.b64encode(payload).decode()}"
 
 
-def image_message(url: str, text: str = "Describe the image.") -> list[dict[str, Any]]:
+def image_message(url: str, text: str = "Describe the image.") -> Any:  # openai message params
     return [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
                                          {"type": "text", "text": text}]}]
 

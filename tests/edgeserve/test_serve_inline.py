@@ -14,6 +14,7 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import openai
@@ -33,20 +34,24 @@ def data_url(array: np.ndarray) -> str:
     return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
-def image_message(url: str) -> list[dict[str, object]]:
+def image_message(url: str) -> Any:  # openai message params
     return [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
                                          {"type": "text", "text": "Describe the image."}]}]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[ServerProcess]:
-    d = tmp_path_factory.mktemp("inline")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("inline")
+
+
+@pytest.fixture(scope="module")
+def server(workdir: Path, tiny_model_dir: Path) -> Iterator[ServerProcess]:
+    d = workdir
     srv = ServerProcess(
         ["--model", str(tiny_model_dir), "--mode", "inline", "--max-model-len", "4096",
          "--max-num-seqs", "4", "--trace", str(d / "trace.jsonl"), "--sample-interval", "0.25"],
         d / "server.log",
     ).start()
-    srv.trace = d / "trace.jsonl"  # type: ignore[attr-defined]
     yield srv
     assert srv.stop() == 0
 
@@ -79,8 +84,8 @@ def test_bad_images_are_400_inline_too(client: openai.OpenAI) -> None:
             messages=image_message("data:image/png;base64," + base64.b64encode(b"nope").decode()))
 
 
-def test_a_lone_requests_preprocessing_is_all_stall(server: ServerProcess,
-                                                    client: openai.OpenAI) -> None:
+def test_a_lone_requests_preprocessing_is_all_stall(server: ServerProcess, client: openai.OpenAI,
+                                                    workdir: Path) -> None:
     time.sleep(1.0)  # let earlier engine steps settle
     before = server.metric("edgeserve_engine_stall_seconds_total")
     big = np.asarray(Image.fromarray(photos.astronaut()).resize((4000, 3000)))
@@ -88,7 +93,7 @@ def test_a_lone_requests_preprocessing_is_all_stall(server: ServerProcess,
                                    messages=image_message(data_url(big)))
     time.sleep(1.5)  # the meter settles windows 0.5 s late; samples every 0.25 s
     stalled = server.metric("edgeserve_engine_stall_seconds_total") - before
-    recs = [x for x in records.read_trace(server.trace)  # type: ignore[attr-defined]
+    recs = [x for x in records.read_trace(workdir / "trace.jsonl")
             if isinstance(x, records.RequestRecord) and x.source_width == 4000]
     assert len(recs) == 1
     rec = recs[0]
