@@ -315,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"stages (ms/img) {row.stage_ms}",
                     flush=True,
                 )
+                print("#", format_table([row]).splitlines()[-1], flush=True)
     table = format_table(rows)
     print(table)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -49,16 +49,18 @@ def load_like_vllm(data: bytes) -> Image.Image:
 
 @cache
 def processor(kind: str) -> Any:
-    """transformers' Qwen2-VL image processor: ``kind`` "pil" or "torchvision" (cached)."""
-    if kind == "pil":
-        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
-            Qwen2VLImageProcessorPil,
-        )
+    """transformers' Qwen2-VL image processor: ``kind`` "pil" or "torchvision" (cached).
 
-        return Qwen2VLImageProcessorPil()
-    from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
+    transformers ≥ 5.18 names them ``Qwen2VLImageProcessorPil`` and ``Qwen2VLImageProcessor``;
+    earlier releases named them ``Qwen2VLImageProcessor`` (PIL/numpy) and
+    ``Qwen2VLImageProcessorFast`` (torchvision).
+    """
+    from transformers.models import qwen2_vl
 
-    return Qwen2VLImageProcessor()
+    names = ("Qwen2VLImageProcessorPil",) if kind == "pil" else ("Qwen2VLImageProcessor",)
+    if not hasattr(qwen2_vl, "Qwen2VLImageProcessorPil"):  # an earlier transformers
+        names = ("Qwen2VLImageProcessor",) if kind == "pil" else ("Qwen2VLImageProcessorFast",)
+    return getattr(qwen2_vl, names[0])()
 
 
 def torchvision_available() -> bool:

@@ -198,9 +198,14 @@ needs_torchvision = pytest.mark.skipif(
 @needs_torchvision
 @pytest.mark.parametrize("name", PHOTOS[:3])
 def test_photos_match_the_torchvision_processor(name: str) -> None:
-    # torchvision's uint8 antialiased bicubic is a port of Pillow's and matches it here.
+    """torchvision's uint8 antialiased bicubic is a port of Pillow's. With torchvision 0.28 and
+    pillow-simd 12.1 they agree to float32 rounding; other pairs (seen: torchvision 0.26 with
+    Pillow 12.3) differ by one grey level in a few pixels. The faithful path must then be as
+    close to the torchvision processor as the PIL processor itself is."""
     data = photo_jpeg(name, 4000, 3000)
     ref_values, ref_grid = reference.hf_torchvision(data)
+    pil_values, _ = reference.hf_pil(data)
+    pil_vs_tv = float(np.abs(pil_values - ref_values).max())
     for fast in (False, True):
         ours = mm_preproc.preprocess(data, fast_decode=fast)
         assert ours.image_grid_thw.tolist() == ref_grid.tolist()
@@ -211,7 +216,7 @@ def test_photos_match_the_torchvision_processor(name: str) -> None:
         if fast:
             assert row.mean_abs <= FAST_MEAN_ABS
         else:
-            assert row.max_abs <= FAITHFUL_MAX_ABS
+            assert row.max_abs <= max(FAITHFUL_MAX_ABS, pil_vs_tv + FAITHFUL_MAX_ABS)
 
 
 @pytest.mark.parametrize("name", PHOTOS[:3])
