@@ -97,6 +97,7 @@ class TuiApp(App[int]):
         self.refreshes = 0
         self._busy = False
         self._started = False
+        self._binding_keys: tuple[object, ...] = ()
         # widgets kept by reference: while a modal screen is up, queries would search that screen
         self._status = Static(self.source.description, id="status")
         self._filter_box = Input(
@@ -183,13 +184,21 @@ class TuiApp(App[int]):
         self._show_status()
         for w in self.panels().values():
             w.show(msg.view)
+        keys = (
+            self.source.caps,
+            len(self.state.devices_seen) > 1,
+            self.state.timeline.from_samples,
+        )
+        if keys != self._binding_keys:  # what the footer offers changed (rarely)
+            self._binding_keys = keys
+            self.refresh_bindings()
 
     def _show_status(self) -> None:
         parts = [self.source.description, self.last_status]
         if self.frozen:
             parts.append("PAUSED (view held; events are buffered)")
-        if self.policy:
-            parts.append(f"policy {self.policy}")
+        if self.policy and f"policy {self.policy}" not in self.last_status:
+            parts.append(f"policy {self.policy}")  # chosen; the source reports it on its next poll
         if self.filter:
             parts.append(f"filter: {self.filter}")
         parts.append("? help")
@@ -310,7 +319,8 @@ class TuiApp(App[int]):
                 self.policy = name
                 self._show_status()
 
-        self.push_screen(PolicyPicker(policies, self.policy), chosen)
+        current = self.policy or getattr(self.source, "policy", None)
+        self.push_screen(PolicyPicker(policies, current), chosen)
 
     def action_next_device(self) -> None:
         seen = self.state.devices_seen
