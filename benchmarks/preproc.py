@@ -114,6 +114,8 @@ def contenders(
     import mm_preproc
     from mm_preproc import decode as mm_decode
     from mm_preproc import opencv_decode
+    from mm_preproc.options import Backend
+    from mm_preproc.pipeline import decoder_for
     from mm_preproc.reference import processor
 
     size = {"shortest_edge": 56 * 56, "longest_edge": max_pixels}
@@ -127,7 +129,7 @@ def contenders(
         im, header = mm_decode.open_bytes(data)
         th, tw = mm_preproc.target_size(header.height, header.width, max_pixels=max_pixels)
         scale = mm_decode.draft_scale(header, th, tw)
-        if opencv_decode.can_decode(header):
+        if decoder_for(header, Backend.AUTO, im is not None) is Backend.OPENCV:
             return opencv_decode.decode_opencv(data, header, scale)
         assert im is not None
         return mm_decode.decode(im, header, scale)

@@ -144,8 +144,19 @@ def preprocess(
     )
 
 
-# Formats that `auto` decodes with OpenCV (when the mode allows; see opencv_decode.can_decode).
-_OPENCV_FIRST = frozenset({"WEBP"})
+def decoder_for(header: ImageHeader, backend: Backend, pillow_can_open: bool) -> Backend:
+    """Which library decodes an encoded image.
+
+    OpenCV decodes everything it can under ``opencv``, and otherwise only what this Pillow build
+    cannot open (WebP here). Under ``auto`` the rest stays with Pillow: OpenCV decodes JPEG and
+    PNG no faster here (measured, docs/mm_preproc.md), and a Pillow decode feeds the Pillow
+    resize without an array → image copy.
+    """
+    if not opencv_decode.can_decode(header):
+        return Backend.PILLOW
+    if backend is Backend.OPENCV or not pillow_can_open:
+        return Backend.OPENCV
+    return Backend.PILLOW
 
 
 @dataclass(slots=True)
@@ -190,15 +201,9 @@ class _Frame:
         return cls(header, target, data, pil)
 
     def _use_opencv(self, backend: Backend) -> bool:
-        """OpenCV decodes everything it can under ``opencv``, and otherwise only what this
-        Pillow build cannot open (WebP here). Under ``auto`` the rest stays with Pillow: OpenCV
-        decodes JPEG and PNG no faster here (measured, docs/mm_preproc.md), and the Pillow
-        resize then needs no array → image copy."""
-        if self.data is None or not opencv_decode.can_decode(self.header):
+        if self.data is None:
             return False
-        if self.pil is None or backend is Backend.OPENCV:
-            return True
-        return backend is Backend.AUTO and self.header.format in _OPENCV_FIRST
+        return decoder_for(self.header, backend, self.pil is not None) is Backend.OPENCV
 
     def decode_and_resize(
         self, options: PreprocOptions, timings: StageTimings, watch: Stopwatch
