@@ -9,7 +9,8 @@ name the segments. The rules that make leaks impossible:
   worker's death or the request's cancellation — by unlinking both names, whichever exist.
 * The frontend maps a returned segment and unlinks its name at once: ``/dev/shm`` forgets it
   immediately while the mapping lives on until the last array that views it is garbage-collected.
-* At shutdown the frontend sweeps every ``edgeserve_<its pid>_*`` name that is still there.
+* At shutdown the frontend sweeps every ``edgeserve_<its pid>_*`` name that is still there, and at
+  start-up every ``edgeserve_<pid>_*`` of a server process that no longer exists.
 
 These are the same objects ``multiprocessing.shared_memory`` makes (``shm_open`` is a file in
 ``/dev/shm`` on Linux); they are handled as files here because Python 3.11's ``SharedMemory``
@@ -89,3 +90,25 @@ def sweep(server_pid: int) -> list[str]:
         if unlink(p.name):
             removed.append(p.name)
     return removed
+
+
+def sweep_stale() -> list[str]:
+    """Unlink segments left by servers that no longer run (e.g. a frontend killed by SIGKILL)."""
+    removed = []
+    for p in SHM_DIR.glob(f"{PREFIX}*_*"):
+        pid_text = p.name[len(PREFIX):].split("_", 1)[0]
+        if not pid_text.isdigit() or _alive(int(pid_text)):
+            continue
+        if unlink(p.name):
+            removed.append(p.name)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

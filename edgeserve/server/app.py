@@ -121,6 +121,9 @@ async def events(request: web.Request) -> web.StreamResponse:
 async def serve(cfg: ServeConfig, ready_message: bool = True) -> None:
     """Run the server until SIGTERM/SIGINT; returns after a clean shutdown."""
     loop = asyncio.get_running_loop()
+    stale = shm.sweep_stale()
+    if stale:
+        log.warning("removed %d shared-memory segments left by dead servers", len(stale))
     meter = StallMeter(time.monotonic())
     params = PreprocParams(min_pixels=int(cfg.min_pixels or 0), max_pixels=int(cfg.max_pixels or 0),
                            max_image_pixels=cfg.max_image_pixels,

@@ -13,6 +13,8 @@ import base64
 import io
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from PIL import Image
 from skimage import data as photos
 
 import mm_preproc
+from edgeserve.preproc_pool import shm
 from edgeserve.preproc_pool.messages import ErrorKind, PreprocParams, SourceKind
 from edgeserve.preproc_pool.pool import ImageInput, PoolFull, PreprocFailed, PreprocPool
 
@@ -190,3 +193,19 @@ async def test_a_job_waiting_behind_a_killed_workers_job_is_not_lost() -> None:
     finally:
         await pool.close()
     assert my_segments() == []
+
+
+def test_segments_of_dead_servers_are_swept_and_live_ones_kept() -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = f"edgeserve_{dead.pid}_0_in"
+    live = f"edgeserve_{os.getpid()}_999999_in"
+    for name in (stale, live):
+        shm.create(name, 10).close()
+    try:
+        removed = shm.sweep_stale()
+        assert stale in removed
+        assert live not in removed and (Path("/dev/shm") / live).exists()
+    finally:
+        shm.unlink(stale)
+        shm.unlink(live)
