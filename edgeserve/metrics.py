@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
-from edgeserve.records import Outcome, RequestRecord, Stage, stage_spans
+from edgeserve.records import Outcome, RequestRecord, stage_spans
 from edgeserve.stalls import WindowStats
 
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -83,6 +83,3 @@ class Metrics:
         self.engine_busy.inc(w.busy_s)
         self.engine_stall.inc(w.stall_s)
         self.engine_busy_fraction.set(w.busy_fraction)
-
-
-__all__ = ["Metrics", "Stage"]

@@ -240,11 +240,12 @@ async def _stream(ctx: ServerContext, request: web.Request, req: proto.ChatReque
             u = proto.usage_chunk(rec.id, model, created, rec.prompt_tokens, rec.output_tokens)
             await resp.write(b"data: " + _json.encode(u) + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
-    except (ConnectionResetError, asyncio.CancelledError):
+    except asyncio.CancelledError:  # the client went away (aiohttp cancels the handler)
+        await ctx.engine.abort(rec.id)
+        raise
+    except ConnectionResetError:  # the client went away while we wrote to it
         await ctx.engine.abort(rec.id)
         rec.outcome, rec.error = Outcome.ABORTED, "client disconnected"
-        if isinstance(asyncio.current_task(), asyncio.Task) and _cancelling():
-            raise
         return resp
     except Exception as e:  # the status is already sent: report in-stream
         rec.outcome, rec.error = Outcome.FAILED, f"engine error: {type(e).__name__}: {e}"
@@ -252,8 +253,3 @@ async def _stream(ctx: ServerContext, request: web.Request, req: proto.ChatReque
         with contextlib.suppress(ConnectionResetError):
             await resp.write(b"data: " + _json.encode(err) + b"\n\n")
     return resp
-
-
-def _cancelling() -> bool:
-    task = asyncio.current_task()
-    return bool(task is not None and task.cancelling())
