@@ -185,49 +185,58 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def stall_at(sweep: SweepResult, rate: float) -> tuple[float | None, float | None]:
-    """(client-estimated, server-reported) stall fraction of the run at offered ``rate``."""
-    for p in sweep.points:
-        if float(p["request_rate"]) == rate:
-            server = p.get("server") or {}
-            return p.get("stall_fraction"), server.get("stall_fraction")
-    return None, None
+def point_at(sweep: SweepResult, rate: float) -> dict[str, Any] | None:
+    """The run of ``sweep`` at offered ``rate`` (None if the sweep stopped before it)."""
+    return next((p for p in sweep.points if float(p["request_rate"]) == rate), None)
+
+
+def _at(rounds: list[SweepResult], rate: float, key: str, server_key: bool = False) -> float | None:
+    """Median over rounds of one figure of the run at ``rate``."""
+    values = []
+    for r in rounds:
+        p = point_at(r, rate)
+        v = ((p.get("server") or {}).get(key) if server_key else p.get(key)) if p else None
+        if v is not None:
+            values.append(float(v))
+    return _median(values)
 
 
 def summary(result: CompareResult) -> dict[str, Any]:
-    """Per workload: each server's max sustained rate (median over rounds, min, max), the stall
-    fraction at the highest rate every server ran, and the per-round ratio split / vllm."""
+    """Per workload: each server's max sustained rate (median over rounds, min, max); TTFT p99
+    and stall fractions at every rate all servers ran; the per-round ratio split / vllm."""
     out: dict[str, Any] = {}
     for workload, by_server in result.sweeps.items():
-        common_rates = set.intersection(
+        common = sorted(set.intersection(
             *[{float(p["request_rate"]) for r in rs for p in r.points} for rs in by_server.values()]
-        )
-        common = max(common_rates) if common_rates else None
-        entry: dict[str, Any] = {"common_rate": common, "servers": {}}
+        ))
+        entry: dict[str, Any] = {"common_rates": common, "servers": {}}
         for server, rounds in by_server.items():
             rates = [r.max_rate_interp_rps or 0.0 for r in rounds]
-            tested = [r.max_rate_rps or 0.0 for r in rounds]
-            stalls = [stall_at(r, common) for r in rounds] if common is not None else []
             entry["servers"][server] = {
                 "max_rate_interp_median": _median(rates),
                 "max_rate_interp_min": min(rates),
                 "max_rate_interp_max": max(rates),
-                "max_rate_tested_median": _median(tested),
-                "stall_fraction_at_common_rate": _median([s[0] for s in stalls if s[0] is not None]),
-                "server_stall_fraction_at_common_rate": _median(
-                    [s[1] for s in stalls if s[1] is not None]),
+                "max_rate_tested_median": _median([r.max_rate_rps or 0.0 for r in rounds]),
+                "lowest_rate_tested": min(float(p["request_rate"]) for r in rounds for p in r.points),
+                "p99_ttft_ms_at": {str(c): _at(rounds, c, "p99_ttft_ms") for c in common},
+                "stall_fraction_at": {str(c): _at(rounds, c, "stall_fraction") for c in common},
+                "server_stall_fraction_at": {
+                    str(c): _at(rounds, c, "stall_fraction", server_key=True) for c in common},
             }
         split, base = by_server.get(ServerKind.EDGESERVE_SPLIT), by_server.get(ServerKind.VLLM)
         if split and base:
-            ratios = [
-                (a.max_rate_interp_rps or 0.0) / b.max_rate_interp_rps
-                for a, b in zip(split, base, strict=False)
-                if b.max_rate_interp_rps
-            ]
+            ratios, lower_bound = [], False
+            for a, b in zip(split, base, strict=False):
+                if b.max_rate_interp_rps:
+                    ratios.append((a.max_rate_interp_rps or 0.0) / b.max_rate_interp_rps)
+                elif a.max_rate_interp_rps:  # vLLM sustained none: below its lowest rate
+                    lowest = min(float(p["request_rate"]) for p in b.points)
+                    ratios.append(a.max_rate_interp_rps / lowest)
+                    lower_bound = True
             if ratios:
                 entry["ratio_split_over_vllm"] = {
                     "median": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
-                    "rounds": len(ratios),
+                    "rounds": len(ratios), "lower_bound": lower_bound,
                 }
         out[workload] = entry
     return out
@@ -236,35 +245,51 @@ def summary(result: CompareResult) -> dict[str, Any]:
 def format_summary_table(result: CompareResult) -> str:
     lines = []
     for workload, entry in summary(result).items():
-        lines.append(f"### workload {workload}")
-        lines.append("")
-        common = entry["common_rate"]
-        lines.append(
-            "| server | max sustained req/s (interp., median) | min–max over rounds | "
-            f"stall @ {common:g} req/s (client est.) | stall (server) |"
-            if common is not None else "| server | max sustained req/s | min–max | stall | stall (server) |"
-        )
-        lines.append("|---|---:|---:|---:|---:|")
+        common = entry["common_rates"]
+        bound = next(iter(result.sweeps[workload].values()))[0].ttft_p99_bound_ms
+        rounds = max(len(rs) for rs in result.sweeps[workload].values())
+        lines += [f"### workload {workload}", ""]
+        head = " | ".join(f"@ {c:g}" for c in common)
+        lines.append(f"| server | max sustained req/s (TTFT p99 ≤ {bound:g} ms) | min–max "
+                     f"({rounds} round(s)) | TTFT p99 ms {head} |")
+        lines.append("|---|---:|---:|" + "---:|" * max(1, len(common)))
         for server, s in entry["servers"].items():
-            lines.append(
-                f"| {server} | {_f(s['max_rate_interp_median'])} | "
-                f"{_f(s['max_rate_interp_min'])}–{_f(s['max_rate_interp_max'])} | "
-                f"{_f(s['stall_fraction_at_common_rate'])} | "
-                f"{_f(s['server_stall_fraction_at_common_rate'])} |"
-            )
+            rate = s["max_rate_interp_median"]
+            shown = _f(rate) if rate else f"< {s['lowest_rate_tested']:g}"
+            cells = " | ".join(_f(s["p99_ttft_ms_at"][str(c)], 0) for c in common)
+            lines.append(f"| {server} | {shown} | {_f(s['max_rate_interp_min'])}–"
+                         f"{_f(s['max_rate_interp_max'])} | {cells} |")
+        lines += ["", f"| server | stall fraction, client estimate / server counter {head} |",
+                  "|---|" + "---:|" * max(1, len(common))]
+        for server, s in entry["servers"].items():
+            cells = " | ".join(
+                f"{_f(s['stall_fraction_at'][str(c)])} / {_f(s['server_stall_fraction_at'][str(c)])}"
+                for c in common)
+            lines.append(f"| {server} | {cells} |")
         if "ratio_split_over_vllm" in entry:
             r = entry["ratio_split_over_vllm"]
-            lines.append("")
-            lines.append(
-                f"edgeserve-split / vllm max sustained rate: median {r['median']:.2f}× "
-                f"(min {r['min']:.2f}×, max {r['max']:.2f}×, {r['rounds']} round(s))"
-            )
+            sign = "≥ " if r["lower_bound"] else ""
+            lines += ["", f"edgeserve-split / vllm max sustained rate: median {sign}{r['median']:.2f}× "
+                      f"(min {r['min']:.2f}×, max {r['max']:.2f}×, {r['rounds']} round(s))"
+                      + (" — vllm sustained none of its rates in some round; its lowest tested "
+                         "rate is used, so the ratio is a lower bound" if r["lower_bound"] else "")]
         lines.append("")
     return "\n".join(lines)
 
 
-def _f(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.2f}"
+def _f(v: float | None, digits: int = 2) -> str:
+    return "n/a" if v is None else f"{v:.{digits}f}"
+
+
+def load(path: Path) -> CompareResult:
+    """A comparison back from its ``compare.json``."""
+    data = json.loads(Path(path).read_text())
+    result = CompareResult(setup=data.get("setup", {}))
+    for workload, by_server in data["sweeps"].items():
+        for server, rounds in by_server.items():
+            for r in rounds:
+                result.add(workload, server, SweepResult.from_json(r))
+    return result
 
 
 def save(result: CompareResult, out_dir: Path) -> list[Path]:
@@ -282,7 +307,8 @@ def save(result: CompareResult, out_dir: Path) -> list[Path]:
         curves = out_dir / f"rate_curves_{workload}.png"
         plot_rate_curves(last_round, curves, title=f"workload {workload}")
         paths.append(curves)
-        common = summary(result)[workload]["common_rate"]
+        common_rates = summary(result)[workload]["common_rates"]
+        common = common_rates[-1] if common_rates else 0.0
         runs = {s: p for s, r in last_round.items() for p in r.points
                 if float(p["request_rate"]) == common}
         cdf = out_dir / f"ttft_cdf_{workload}.png"

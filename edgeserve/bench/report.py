@@ -100,31 +100,36 @@ def _merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return merged
 
 
-def client_stall_fraction(results: Sequence[RequestResult], duration_s: float) -> float | None:
-    """Share of the run in which no request was generating while one waited for its first token.
+def client_stall_fraction(
+    results: Sequence[RequestResult], duration_s: float, prefill_s: float = 0.0
+) -> float | None:
+    """Share of the run in which the engine was idle while a request waited upstream of it.
 
-    Seen from the client, request *i* *waits* during ``[start, start + TTFT)`` — HTTP parsing,
-    image preprocessing, queueing, prefill — and *generates* during ``[start + TTFT, start + E2E)``.
-    When some request waits and none generates, the engine is (nearly always) idle while work sits
-    upstream of it: a stall. The estimate needs nothing from the server, so it is the same
-    yardstick for edgeserve and a stock vLLM server. It errs high by the prefill time of requests
-    that arrive at an empty engine (a few milliseconds for the tiny model) and errs low when the
-    engine decodes a few requests while others wait in preprocessing (capacity left unused but
-    not idle). ``None`` when nothing completed.
+    Seen from the client, request *i* is in the engine from ``first token − prefill_s`` (its
+    prefill, vision encoder included) to its last token, and *waits upstream* — HTTP, image
+    preprocessing, queueing for a worker or for the engine — from its send until then. When some
+    request waits upstream and no request is in the engine, the engine idles while work exists:
+    a stall. ``prefill_s`` is the server's mean prefill time over the run (from
+    ``vllm:request_prefill_time_seconds``, which edgeserve exports too); with 0 the prefill counts
+    as waiting and the estimate errs high by it. It errs low when the engine serves some requests
+    while others wait in preprocessing (capacity unused, but not idle). It needs nothing else
+    from the server, so it is the same yardstick for edgeserve and a stock vLLM server.
+    ``None`` when nothing completed.
     """
     done = [r for r in results if r.ok]
     if not done or duration_s <= 0:
         return None
-    waiting = _merge([(r.start_s, r.start_s + r.ttft_s) for r in done])
-    generating = _merge([(r.start_s + r.ttft_s, r.start_s + r.e2e_s) for r in done])
-    # stall = |waiting \ generating| = |waiting| − |waiting ∩ generating|
+    engine_in = [r.start_s + max(0.0, r.ttft_s - prefill_s) for r in done]
+    waiting = _merge([(r.start_s, t) for r, t in zip(done, engine_in, strict=True)])
+    in_engine = _merge([(t, r.start_s + r.e2e_s) for r, t in zip(done, engine_in, strict=True)])
+    # stall = |waiting \ in_engine| = |waiting| − |waiting ∩ in_engine|
     overlap, j = 0.0, 0
     for a, b in waiting:
-        while j < len(generating) and generating[j][1] <= a:
+        while j < len(in_engine) and in_engine[j][1] <= a:
             j += 1
         k = j
-        while k < len(generating) and generating[k][0] < b:
-            overlap += min(b, generating[k][1]) - max(a, generating[k][0])
+        while k < len(in_engine) and in_engine[k][0] < b:
+            overlap += min(b, in_engine[k][1]) - max(a, in_engine[k][0])
             k += 1
     stall_s = _union_length(waiting) - overlap
     return max(0.0, stall_s) / duration_s

@@ -13,7 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edgeserve.bench.arrivals import ArrivalConfig, arrival_offsets_s
-from edgeserve.bench.report import DEFAULT_PERCENTILES, detailed, run_header, summarize
+from edgeserve.bench.report import (
+    DEFAULT_PERCENTILES,
+    client_stall_fraction,
+    detailed,
+    run_header,
+    summarize,
+)
 from edgeserve.bench.runner import fetch_model_id, run_load
 from edgeserve.bench.server_metrics import has_settling_counters, scrape, server_figures
 from edgeserve.bench.workload import PreparedRequest, WorkloadConfig, prepare_requests
@@ -95,9 +101,15 @@ async def run_benchmark(
     result["loadavg_1m_before"] = load_before
     result["loadavg_1m_after"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     result["server"] = server_figures(before, after, run.duration_s) if before and after else None
-    # completed requests' client times, always kept for CDF plots (seconds; not vLLM keys)
+    # the stall estimate excludes the engine's own prefill when the server reports it
+    prefill_ms = ((result["server"] or {}).get("stage_mean_ms") or {}).get(
+        "vllm:request_prefill_time", 0.0)
+    result["stall_fraction"] = client_stall_fraction(run.results, run.duration_s, prefill_ms / 1e3)
+    result["stall_prefill_ms"] = prefill_ms
+    # completed requests' client times, always kept for plots and re-analysis (s; not vLLM keys)
     result["cdf_ttft_s"] = [r.ttft_s for r in run.results if r.ok]
     result["cdf_e2el_s"] = [r.e2e_s for r in run.results if r.ok]
+    result["cdf_start_s"] = [r.start_s - run.t0_s for r in run.results if r.ok]
     if config.save_detailed:
         result |= detailed(run.results, run.t0_s)
     return result

@@ -128,6 +128,9 @@ def add_parser(subparsers: Any, help_: str) -> None:
     _add_workload_args(compare)
     _add_report_args(compare)
     compare.add_argument("--out", type=Path, default=Path("results/compare"))
+    compare.add_argument("--from-json", type=Path, metavar="COMPARE_JSON",
+                         help="run nothing: redo the tables and plots of a saved compare.json "
+                         "into --out")
     compare.set_defaults(func=compare_cmd)
 
     # every argument goes to the script (its own --help included): "+" as the only prefix
@@ -294,7 +297,24 @@ def sweep_cmd(args: argparse.Namespace) -> int:
 
 
 def compare_cmd(args: argparse.Namespace) -> int:
-    from edgeserve.bench.compare import CompareConfig, ServerKind, run_compare
+    from edgeserve.bench.compare import (
+        CompareConfig,
+        ServerKind,
+        format_summary_table,
+        load,
+        run_compare,
+    )
+    from edgeserve.bench.compare import save as save_compare
+
+    if args.from_json:
+        try:
+            result = load(args.from_json)
+        except (OSError, ValueError, KeyError) as e:
+            return _fail(f"cannot read {args.from_json}: {e}")
+        print(format_summary_table(result))
+        for path in save_compare(result, args.out):
+            print(f"saved {path}")
+        return 0
 
     try:
         kinds = tuple(ServerKind(k.strip()) for k in args.servers.split(",") if k.strip())

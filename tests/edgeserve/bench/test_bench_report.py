@@ -123,3 +123,11 @@ def test_json_uses_vllm_bench_serve_key_names_where_they_overlap() -> None:
     expected = {k for k in expected if not k.startswith(("spec_decode", "ramp_up", "diffusion"))}
     assert expected - m.keys() == set()
     assert m["request_rate"] == "inf"
+
+
+def test_the_engine_prefill_is_not_counted_as_stall_when_known() -> None:
+    # A: sent 0, first token 1.0, last 2.0; B: sent 2.5, first token 3.0, last 4.0. Prefill 0.5 s:
+    # A is in the engine from 0.5, B from 2.5 → upstream waiting without engine work: [0, 0.5).
+    results = [done(0, 0.0, 1.0, 2.0), done(1, 2.5, 0.5, 1.5)]
+    assert client_stall_fraction(results, 4.0) == pytest.approx(1.5 / 4)  # [0,1) and [2.5,3)
+    assert client_stall_fraction(results, 4.0, prefill_s=0.5) == pytest.approx(0.5 / 4)
