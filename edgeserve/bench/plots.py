@@ -68,7 +68,11 @@ def plot_rate_curves(sweeps: Mapping[str, SweepResult], path: Path, title: str =
         p99 = [_nan(p.get("p99_ttft_ms")) for p in pts]
         ax_ttft.plot(rate, p99, "o-", color=color, label=f"{name} p99")
         ax_ttft.plot(rate, p50, "s--", color=color, alpha=0.6, label=f"{name} p50")
-        ax_stall.plot(rate, [_nan(p.get("stall_fraction")) for p in pts], "o-", color=color, label=name)
+        ax_stall.plot(rate, [_nan(p.get("stall_fraction")) for p in pts], "o-", color=color,
+                      label=f"{name} (client estimate)")
+        server_stall = [_nan((p.get("server") or {}).get("stall_fraction")) for p in pts]
+        if not all(np.isnan(server_stall)):
+            ax_stall.plot(rate, server_stall, "^:", color=color, label=f"{name} (server counter)")
     ax_tp.plot([0, max_rate], [0, max_rate], ":", color="grey", label="offered")
     ax_tp.set_ylabel("completed requests/s")
     ax_tp.set_title("throughput")
