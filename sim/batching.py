@@ -127,20 +127,23 @@ class BatchEngine:
         rec = job.rec
         now = self.loop.now
         rec.engine_queued_s = now
-        if job.prompt_tokens + job.output_tokens > self.kv_capacity_tokens:
+        need = job.prompt_tokens + job.output_tokens
+        if need > self.kv_capacity_tokens:
             rec.outcome = Outcome.FAILED
-            rec.error = f"sequence of {job.prompt_tokens + job.output_tokens} tokens exceeds " \
+            rec.error = f"sequence of {need} tokens exceeds " \
                         f"the KV cache ({self.kv_capacity_tokens} tokens) of {self.name}"
             self.on_done(job)
             return
         job.tag = pf = self.model.prefill_s(job)  # nominal prefill seconds, priced once
-        self.waiting.append(job)
+        waiting = self.waiting
+        waiting.append(job)
         self.waiting_prefill_s += pf
-        if self.prefilling is None and len(self.waiting) == 1 and (
-            len(self.running) < self.max_batch
-            and self.kv_used + job.prompt_tokens + job.output_tokens <= self.kv_capacity_tokens
+        if self.prefilling is None and len(waiting) == 1 and (
+            len(self.running) < self.max_batch and self.kv_used + need <= self.kv_capacity_tokens
         ):  # otherwise the engine's next event is unchanged
-            self._sync(now)
+            if self.running:  # _sync, inlined (no prefill is running)
+                self.steps += (now - self.t_mark) / self.tau_s
+            self.t_mark = now
             self._schedule(now)
 
     def retime(self, clock_scale: float) -> None:
@@ -158,10 +161,11 @@ class BatchEngine:
 
     def _schedule(self, now: float) -> None:
         waiting = self.waiting
+        running = self.running
         if waiting:
             job = waiting[0]
             need = job.prompt_tokens + job.output_tokens
-            if len(self.running) < self.max_batch and self.kv_used + need <= self.kv_capacity_tokens:
+            if len(running) < self.max_batch and self.kv_used + need <= self.kv_capacity_tokens:
                 waiting.popleft()
                 pf = job.tag
                 self.waiting_prefill_s = self.waiting_prefill_s - pf if waiting else 0.0
@@ -176,13 +180,15 @@ class BatchEngine:
                                    next(self._eid),
                                    self._on_prefilled, job))  # loop.at, inlined (hot path)
                 return
-        if self.running:
-            tau = self.model.step_s(len(self.running), self.context_tokens()) * self.clock_scale
+        if running:
+            n = len(running)
+            tau = self.model.step_s(n, int(self.sum_prompt + n * self.steps - self.sum_join)) \
+                * self.clock_scale
             self.tau_s = tau = tau if tau > 1e-12 else 1e-12  # a free step still counts tokens
-            self._version += 1
-            left = self.running[0][0] - self.steps
+            self._version = version = self._version + 1
+            left = running[0][0] - self.steps
             heappush(self._q, (now + (left * tau if left > 0 else 0.0), 1, next(self._eid),
-                               self._on_wake, self._version))  # loop.at, inlined
+                               self._on_wake, version))  # loop.at, inlined
         elif self.busy:
             self.busy = False
             if self.on_busy is not None:
@@ -194,25 +200,30 @@ class BatchEngine:
         self.prefilling = None
         self.t_mark = now
         job.rec.first_token_s = now
-        if job.output_tokens <= 1:
+        out = job.output_tokens
+        if out <= 1:
             self._finish(job, now)
         else:
-            self._seq += 1
+            self._seq = seq = self._seq + 1
             steps = self.steps
-            heappush(self.running, (steps + job.output_tokens - 1, self._seq, steps, job))
+            heappush(self.running, (steps + out - 1, seq, steps, job))
             self.sum_prompt += job.prompt_tokens
             self.sum_join += steps
         self._schedule(now)
 
     def _on_wake(self, arg: Any) -> None:
         if arg != self._version:
+            self.loop.superseded += 1
             return  # superseded by a later batch change
         now = self.loop.now
-        self._sync(now)
         running = self.running
-        if running and running[0][0] > self.steps:  # planned for the head's last token:
-            self.steps = running[0][0]  # float rounding of (now − mark) / τ must not miss it
-        limit = self.steps + 1e-6
+        # _sync, inlined: a valid wake-up means a running batch and no prefill
+        self.steps = steps = self.steps + (now - self.t_mark) / self.tau_s
+        self.t_mark = now
+        head = running[0][0]
+        if head > steps:  # planned for the head's last token:
+            self.steps = steps = head  # float rounding of (now − mark) / τ must not miss it
+        limit = steps + 1e-6
         while running and running[0][0] <= limit:
             _, _, join, job = heappop(running)
             self.sum_prompt -= job.prompt_tokens
@@ -224,10 +235,11 @@ class BatchEngine:
         self._schedule(now)
 
     def _finish(self, job: Job, now: float) -> None:
-        self.kv_used -= job.prompt_tokens + job.output_tokens
+        out = job.output_tokens
+        self.kv_used -= job.prompt_tokens + out
         rec = job.rec
         rec.last_token_s = now
-        if job.output_tokens > 1:
-            tpot = (now - rec.first_token_s) / (job.output_tokens - 1)  # type: ignore[operator]
+        if out > 1:
+            tpot = (now - rec.first_token_s) / (out - 1)  # type: ignore[operator]
             self.tpot_s += 0.1 * (tpot - self.tpot_s)
         self.on_done(job)

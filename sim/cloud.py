@@ -112,6 +112,9 @@ class CloudServer:
                         profile.server.max_batch, on_done)
             for i in range(replicas)
         ]
+        #: the arrival callback: straight to the engine when there is nothing to route
+        self.arrive: Callable[[Any], None] = (
+            self.replicas[0].submit if replicas == 1 else self.on_arrive)
 
     def preprocess_s(self, job: Job) -> float:
         return job.source_pixels * self.preprocess_s_per_pixel

@@ -38,6 +38,8 @@ from sim.profiles import CPU_STAGE_NAMES, DeviceProfile, GovernorKind, StageName
 from sim.service import Draws, ServiceTime, mean_of_sum
 from sim.thermal import PowerAllocatorGovernor, StepWiseGovernor, ThermalNode
 
+_exp = math.exp
+
 RADIO_W = 1.5  # assumed radio power while a transfer is on air (Wi-Fi/5G class)
 
 
@@ -81,6 +83,11 @@ class Device:
         self.normalize = ServiceTime(st[StageName.NORMALIZE].model, draws("normalize"))
         enc = st.get(StageName.ENCODE)
         self.encode = ServiceTime(enc.model, draws("encode")) if enc is not None else None
+        # the compiled draw functions, bound once (the CPU stages run for every local request)
+        self._decode_s = self.decode.sample
+        self._resize_s = self.resize.sample
+        self._normalize_s = self.normalize.sample
+        self._encode_s = self.encode.sample if self.encode is not None else None
         self._pre_mean_s = mean_of_sum(*(st[s].model for s in (*CPU_STAGE_NAMES, StageName.ENCODE)
                                          if s in st))
         self._enc_mean_s = 0.0  # running mean of encode times (queue-wait estimate)
@@ -106,7 +113,7 @@ class Device:
             LocalModel(ServiceTime(st[StageName.PREFILL].model, draws("prefill")),
                        ServiceTime(st[StageName.DECODE_STEP].model, draws("decode_step"))),
             profile.llm.kv_capacity_tokens, profile.llm.max_batch, self._llm_done,
-            self._llm_busy)
+            functools.partial(self._busy_delta, self._llm_u))
         self.variants: dict[str, BatchEngine] = {}
         for vname, v in profile.llm_variants.items():
             unit = names.index(v.unit)
@@ -197,12 +204,18 @@ class Device:
 
     def sample(self) -> DeviceSample:
         """The device's state now, in the trace schema."""
-        temp = self.temp_c
+        now = self.loop.now
+        self._integrate(now)
+        battery_wh = None  # battery_wh, without integrating twice
+        if self.battery_capacity_wh is not None:
+            battery_wh = max(0.0, self._battery_start_wh - (self.energy_j + self.radio_j) / 3600.0)
+        level = self.level
         return DeviceSample(
-            t_s=self.loop.now, device=self.name, temp_c=temp, clock_level=self.level,
-            clock_scale=self.scale, power_w=self.power_w, battery_wh=self.battery_wh,
-            queue=self.queue_len, running=self.running, offload_share=self.offload_share,
-            throttled=self.level > 0)
+            t_s=now, device=self.name, temp_c=self.thermal.temp_c, clock_level=level,
+            clock_scale=self.scale, power_w=self.power_w, battery_wh=battery_wh,
+            queue=self.queue_len, running=self.running,
+            offload_share=self.offloaded / self.decisions if self.decisions else 0.0,
+            throttled=level > 0)
 
     def estimate_local_s(self, job: Job) -> float:
         """Predicted latency if ``job`` ran here now (queues, clock and batch included)."""
@@ -216,12 +229,17 @@ class Device:
 
     def estimate_cloud_s(self, job: Job) -> float:
         """Predicted latency if ``job`` were offloaded now (``inf`` without a cloud server)."""
-        if self.cloud is None:
+        cloud = self.cloud
+        if cloud is None:
             return math.inf
         lc = self.link_cfg
-        return self.link.estimate_s(job.rec.image_bytes + lc.request_overhead_bytes,
-                                    job.output_tokens * lc.response_bytes_per_token + 500,
-                                    self.loop.now) + self.cloud.estimate_s(job)
+        link = self.link  # Link.estimate_s, inlined
+        up = link.up
+        now = self.loop.now
+        wait = up.free_at_s - now if up.free_at_s > now else 0.0
+        tx = (job.rec.image_bytes + lc.request_overhead_bytes) * 8.0 / up.bits_per_s \
+            + (job.output_tokens * lc.response_bytes_per_token + 500) * 8.0 / link.down.bits_per_s
+        return wait + tx * link.est_tx_factor + link.est_fixed_s + cloud.estimate_s(job)
 
     # ---- power, heat, clock ----------------------------------------------------------------
     def _integrate(self, now: float) -> None:
@@ -241,26 +259,29 @@ class Device:
 
     def _busy_delta(self, unit: int, delta: int) -> None:
         """A server of ``unit`` started (+1) or stopped (−1) work: power changes from now."""
-        b = self._busy[unit]
-        self._busy[unit] = b + delta
-        cap = self._cap[unit]
-        if (b < cap) if delta > 0 else (b <= cap):  # beyond cap: shared unit already counted
-            self._dyn_busy_w += delta * self._dyn_w[unit]
+        busy = self._busy
+        b = busy[unit]
+        busy[unit] = b + delta
+        if (b < self._cap[unit]) if delta > 0 else (b <= self._cap[unit]):
+            # beyond cap: a shared unit, already counted
+            self._dyn_busy_w = dyn = self._dyn_busy_w + delta * self._dyn_w[unit]
             # _power_changed, inlined: this runs several times per request
             now = self.loop.now
             dt = now - self._t_last
             th = self.thermal
+            ps = self._ps
+            static = self.static_w
             if dt > 0.0:  # _integrate under the old power
                 p = self.power_w
                 self.energy_j += p * dt
-                self._dyn_nominal_j += (p - self.static_w) / self._ps * dt
+                self._dyn_nominal_j += (p - static) / ps * dt
                 if self.level:
                     self.throttled_s += dt
                 self._t_last = now
                 ss = th.ambient_c + p * th.r_c_per_w
-                th.temp_c = ss + (th.temp_c - ss) * math.exp(-dt / th.tau_s)
+                th.temp_c = ss + (th.temp_c - ss) * _exp(-dt / th.tau_s)
                 th.t_s = now
-            self.power_w = p = self.static_w + self._dyn_busy_w * self._ps
+            self.power_w = p = static + dyn * ps
             if self._stepwise:  # plan a trip crossing only if the new steady state is beyond one
                 gov = self.stepwise
                 a = gov.active
@@ -280,10 +301,11 @@ class Device:
         th = self.thermal
         ss = th.ambient_c + self.power_w * th.r_c_per_w
         t = math.inf
-        if gov.active < gov.n_trips and ss > gov.trip_c[gov.active]:
-            t = th.time_to(gov.trip_c[gov.active], self.power_w)
-        elif gov.active > 0 and ss < gov.release_c[gov.active - 1]:
-            t = th.time_to(gov.release_c[gov.active - 1], self.power_w)
+        a = gov.active
+        if a < gov.n_trips and ss > gov.trip_c[a]:
+            t = th.time_to(gov.trip_c[a], self.power_w)
+        elif a > 0 and ss < gov.release_c[a - 1]:
+            t = th.time_to(gov.release_c[a - 1], self.power_w)
         if t < math.inf:
             at = self.loop.now + t
             if at < self._thermal_at:
@@ -292,6 +314,7 @@ class Device:
 
     def _on_thermal(self, arg: Any) -> None:
         if arg != self._thermal_at:
+            self.loop.superseded += 1
             return  # superseded by an earlier crossing
         self._thermal_at = math.inf
         self._integrate(self.loop.now)
@@ -357,10 +380,11 @@ class Device:
         rec = job.rec
         rec.worker = self._free_cores.pop()
         s = self.scale
-        t1 = now + self.decode.sample(job) * s
-        t2 = t1 + self.resize.sample(job) * s
-        t3 = t2 + self.normalize.sample(job) * s
-        self._cpu_mean_s += 0.05 * ((t3 - now) / s - self._cpu_mean_s)
+        t1 = now + self._decode_s(job) * s
+        t2 = t1 + self._resize_s(job) * s
+        t3 = t2 + self._normalize_s(job) * s
+        m = self._cpu_mean_s
+        self._cpu_mean_s = m + 0.05 * ((t3 - now) / s - m)
         rec.preproc_start_s = now
         rec.decode_end_s = t1
         rec.resize_end_s = t2
@@ -372,11 +396,12 @@ class Device:
     def _cpu_done(self, arg: Any) -> None:
         job: Job = arg
         self._free_cores.append(job.rec.worker)  # type: ignore[arg-type]
-        if self.cpu_queue:  # the core goes straight to the next job: power unchanged
-            self._start_cpu(self.cpu_queue.popleft(), False)
+        cpu_queue = self.cpu_queue
+        if cpu_queue:  # the core goes straight to the next job: power unchanged
+            self._start_cpu(cpu_queue.popleft(), False)
         else:
             self._busy_delta(self._cpu_u, -1)
-        if self.encode is not None:
+        if self._encode_s is not None:
             if self._enc_free:
                 self._start_enc(job)
             else:
@@ -386,12 +411,13 @@ class Device:
             (job.engine or self.engine).submit(job)
 
     def _start_enc(self, job: Job, newly_busy: bool = True) -> None:
-        assert self.encode is not None
+        assert self._encode_s is not None
         if newly_busy:
             self._enc_free -= 1
             self._busy_delta(self._enc_u, 1)
-        d = self.encode.sample(job)
-        self._enc_mean_s += 0.05 * (d - self._enc_mean_s)
+        d = self._encode_s(job)
+        m = self._enc_mean_s
+        self._enc_mean_s = m + 0.05 * (d - m)
         heappush(self._q, (self.loop.now + d * self.scale, 1,
                            next(self._eid), self._enc_done, job))  # loop.after, inlined
 
@@ -421,11 +447,12 @@ class Device:
         assert cloud is not None
         now = self.loop.now
         link = self.link
-        busy0 = link.up.busy_s
-        t_up = link.send_up(job.rec.image_bytes + self.link_cfg.request_overhead_bytes, now)
-        self.radio_j += (link.up.busy_s - busy0) * RADIO_W
+        up = link.up
+        busy0 = up.busy_s
+        t_up = link._send(up, job.rec.image_bytes + self.link_cfg.request_overhead_bytes, now)
+        self.radio_j += (up.busy_s - busy0) * RADIO_W
         job.rec.uplink_end_s = t_up
-        self.loop.at(t_up + cloud.preprocess_s(job), cloud.on_arrive, job)
+        self.loop.at(t_up + cloud.preprocess_s(job), cloud.arrive, job)
 
     def cloud_done(self, job: Job) -> None:
         """The cloud finished ``job``; its answer comes back over the downlink."""
@@ -434,10 +461,11 @@ class Device:
             self.on_finished(job)
             return
         link = self.link
-        busy0 = link.down.busy_s
-        t = link.send_down(job.output_tokens * self.link_cfg.response_bytes_per_token + 500,
-                           self.loop.now)
-        self.radio_j += (link.down.busy_s - busy0) * RADIO_W
+        down = link.down
+        busy0 = down.busy_s
+        t = link._send(down, job.output_tokens * self.link_cfg.response_bytes_per_token + 500,
+                       self.loop.now)
+        self.radio_j += (down.busy_s - busy0) * RADIO_W
         self.loop.at(t, self._downlinked, job)
 
     def _downlinked(self, arg: Any) -> None:

@@ -32,7 +32,7 @@ class EventLoop:
     ``env.run`` would not understand the callback entries).
     """
 
-    __slots__ = ("_eid", "_q", "eid", "env", "events", "now", "queue", "stopped")
+    __slots__ = ("_eid", "_q", "eid", "env", "events", "now", "queue", "stopped", "superseded")
 
     def __init__(self, env: simpy.Environment | None = None) -> None:
         self.env = env or simpy.Environment()
@@ -41,7 +41,8 @@ class EventLoop:
         # for hot paths that push (t, 1, next(eid), fn, arg) themselves; 1 is SimPy's NORMAL
         self.queue: list[tuple[Any, ...]] = self._q
         self.eid: Iterator[int] = self._eid
-        self.events = 0  # events processed by run_until
+        self.events = 0  # heap entries processed by run_until (callbacks run, SimPy events)
+        self.superseded = 0  # of those, callbacks that found themselves void and did nothing
         self.now: SimTime = self.env.now  # mirrors env.now (a plain attribute: read per event)
         self.stopped = False  # set by stop(): run_until returns and processes nothing more
 

@@ -9,9 +9,12 @@ when the transfer starts, so a transfer costs no events of its own.
 
 from __future__ import annotations
 
+import math
 import random
 
 from sim.config import LinkConfig
+
+_log = math.log
 
 
 class Direction:
@@ -26,7 +29,8 @@ class Direction:
 class Link:
     """Uplink and downlink of one device; ``send_up``/``send_down`` return arrival times."""
 
-    __slots__ = ("cfg", "down", "half_rtt_s", "jitter_s", "loss", "rng", "rto_s", "up")
+    __slots__ = ("cfg", "down", "est_fixed_s", "est_tx_factor", "half_rtt_s", "jitter_s", "loss",
+                 "rng", "rto_s", "up")
 
     def __init__(self, cfg: LinkConfig, rng: random.Random) -> None:
         self.cfg = cfg
@@ -37,6 +41,9 @@ class Link:
         self.loss = cfg.loss
         self.rto_s = cfg.rto_ms / 1000.0
         self.rng = rng
+        retries = self.loss / (1.0 - self.loss)  # expected retransmissions per transfer
+        self.est_tx_factor = 1 + retries
+        self.est_fixed_s = 2 * (retries * self.rto_s + self.half_rtt_s + self.jitter_s)
 
     def _send(self, d: Direction, bytes_: float, now_s: float) -> float:
         tx = bytes_ * 8.0 / d.bits_per_s
@@ -49,7 +56,8 @@ class Link:
                 d.busy_s += tx
         d.free_at_s = t
         d.busy_s += tx
-        jitter = rng.expovariate(1.0) * self.jitter_s if self.jitter_s > 0.0 else 0.0
+        # rng.expovariate(1.0), inlined (the same draw and value)
+        jitter = -_log(1.0 - rng.random()) * self.jitter_s if self.jitter_s > 0.0 else 0.0
         return t + self.half_rtt_s + jitter
 
     def send_up(self, bytes_: float, now_s: float) -> float:
@@ -63,6 +71,4 @@ class Link:
         d = self.up
         wait = d.free_at_s - now_s if d.free_at_s > now_s else 0.0
         tx = up_bytes * 8.0 / d.bits_per_s + down_bytes * 8.0 / self.down.bits_per_s
-        retries = self.loss / (1.0 - self.loss)
-        return wait + tx * (1 + retries) + 2 * (retries * self.rto_s + self.half_rtt_s
-                                                + self.jitter_s)
+        return wait + tx * self.est_tx_factor + self.est_fixed_s

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from itertools import chain
 from typing import Any, Protocol
 
 import numpy as np
@@ -76,16 +77,20 @@ class Draws:
         return self._unif[i]
 
 
-def _linear(*cfgs: ServiceModelConfig) -> Callable[[Any], float]:
-    """Compile ``Σ (base_s + Σ per[f] · job.f)`` over the models into one small function."""
+def _linear_src(*cfgs: ServiceModelConfig) -> str:
+    """``Σ (base_s + Σ per[f] · job.f)`` over the models, as a Python expression in ``job``."""
     coef: dict[str, float] = {}
     for cfg in cfgs:
         for f, c in cfg.per.items():
             if f in FEATURES[:5] and c != 0.0:
                 coef[f] = coef.get(f, 0.0) + c
     base = sum(cfg.base_s for cfg in cfgs)
-    src = f"lambda job: {base!r}" + "".join(f" + {c!r} * job.{f}" for f, c in coef.items())
-    return eval(src, {})  # a lambda of validated floats and feature names
+    return f"{base!r}" + "".join(f" + {c!r} * job.{f}" for f, c in coef.items())
+
+
+def _linear(*cfgs: ServiceModelConfig) -> Callable[[Any], float]:
+    """Compile ``Σ (base_s + Σ per[f] · job.f)`` over the models into one small function."""
+    return eval(f"lambda job: {_linear_src(*cfgs)}", {})  # a lambda of validated floats and names
 
 
 def mean_of_sum(*models: ServiceModelConfig) -> Callable[[Any], float]:
@@ -93,11 +98,41 @@ def mean_of_sum(*models: ServiceModelConfig) -> Callable[[Any], float]:
     return _linear(*models)
 
 
-class ServiceTime:
-    """A compiled :class:`~sim.config.ServiceModelConfig`."""
+def _factor_blocks(cfg: ServiceModelConfig, draws: Draws) -> Iterator[list[float]]:
+    """Endless blocks of multipliers of the mean: one per draw, in the stream's order.
 
-    __slots__ = ("_batch", "_context", "_draws", "_half_var", "_samples", "_sigma", "base_s",
-                 "draw", "kind", "mean_s")
+    A draw is ``mean × factor``; the factor depends on the kind only (lognormal
+    ``exp(σ·z − σ²/2)``, exponential ``e``, empirical ``sample / mean(samples)``), so whole blocks
+    of factors are made at once from numpy's block of variates.
+    """
+    gen = draws._gen
+    exp = math.exp
+    if cfg.kind is ServiceKind.LOGNORMAL:
+        var = math.log1p(cfg.cv * cfg.cv)
+        sigma, half_var = math.sqrt(var), var / 2
+        while True:
+            yield [exp(sigma * z - half_var) for z in gen.standard_normal(_BLOCK).tolist()]
+    elif cfg.kind is ServiceKind.EXPONENTIAL:
+        while True:
+            yield gen.standard_exponential(_BLOCK).tolist()
+    else:  # empirical
+        m = sum(cfg.samples_s) / len(cfg.samples_s)
+        ratios = [s / m for s in cfg.samples_s]
+        n = len(ratios)
+        while True:
+            yield [ratios[int(u * n)] for u in gen.random(_BLOCK).tolist()]
+
+
+class ServiceTime:
+    """A compiled :class:`~sim.config.ServiceModelConfig`.
+
+    ``sample(job)`` is one draw for a request's features, ``draw(mean_s)`` one draw around a given
+    mean, ``mean_s(job)`` the mean at nominal clock; all three are compiled functions bound as
+    attributes (no wrapper call on the hot path). Draws are ``mean × factor`` with factors taken
+    in order from this model's own stream (see :func:`_factor_blocks`).
+    """
+
+    __slots__ = ("_batch", "_context", "base_s", "draw", "kind", "mean_s", "sample")
 
     def __init__(self, cfg: ServiceModelConfig, draws: Draws) -> None:
         self.base_s = cfg.base_s
@@ -106,39 +141,21 @@ class ServiceTime:
         """Mean service time at nominal clock for a request's features."""
         self._batch = cfg.per.get("batch", 0.0)
         self._context = cfg.per.get("context_tokens", 0.0)
-        self._draws = draws
-        var = math.log1p(cfg.cv * cfg.cv)
-        self._sigma = math.sqrt(var)
-        self._half_var = var / 2
-        self._samples: list[float] = []
-        if cfg.kind is ServiceKind.EMPIRICAL:
-            m = sum(cfg.samples_s) / len(cfg.samples_s)
-            self._samples = [s / m for s in cfg.samples_s]
-        self.draw: Callable[[float], float] = {
-            ServiceKind.DETERMINISTIC: self._deterministic,
-            ServiceKind.EXPONENTIAL: self._exponential,
-            ServiceKind.LOGNORMAL: self._lognormal if cfg.cv > 0 else self._deterministic,
-            ServiceKind.EMPIRICAL: self._empirical,
-        }[cfg.kind]
-        """One service time with the given mean, spread by this model's kind."""
+        src = _linear_src(cfg)
+        if cfg.kind is ServiceKind.DETERMINISTIC or (cfg.kind is ServiceKind.LOGNORMAL
+                                                     and cfg.cv <= 0):
+            self.sample: Callable[[Any], float] = self.mean_s
+            self.draw: Callable[[float], float] = _identity
+        else:
+            ns = {"_next": next, "_f": chain.from_iterable(_factor_blocks(cfg, draws))}
+            self.sample = eval(f"lambda job: ({src}) * _next(_f)", ns)
+            self.draw = eval("lambda mean_s: mean_s * _next(_f)", ns)
+        """One service time for a request's features / with the given mean, spread by the kind."""
 
     def step_mean_s(self, batch: int, context_tokens: int) -> float:
         """Mean decode-step time for a batch (``batch`` and ``context_tokens`` features)."""
         return self.base_s + self._batch * batch + self._context * context_tokens
 
-    def sample(self, job: HasFeatures) -> float:
-        return self.draw(self.mean_s(job))
 
-    @staticmethod
-    def _deterministic(mean_s: float) -> float:
-        return mean_s
-
-    def _exponential(self, mean_s: float) -> float:
-        return self._draws.exponential() * mean_s
-
-    def _lognormal(self, mean_s: float) -> float:
-        return mean_s * math.exp(self._sigma * self._draws.normal() - self._half_var)
-
-    def _empirical(self, mean_s: float) -> float:
-        s = self._samples
-        return mean_s * s[int(self._draws.uniform() * len(s))]
+def _identity(mean_s: float) -> float:
+    return mean_s

@@ -54,12 +54,13 @@ _BATCH = 4096  # records encoded per msgspec call
 class _Source:
     """The arrival stream of one device."""
 
-    __slots__ = ("device", "geom", "it", "n", "next")
+    __slots__ = ("cache", "device", "geom", "it", "n", "next")
 
     def __init__(self, device: Device, it: Iterator[Arrival], geom: ImageGeometry) -> None:
         self.device = device
         self.it = it
         self.geom = geom
+        self.cache = geom.cache  # (width, height) → geom.target(width, height), once computed
         self.n = 0
         self.next: Arrival | None = None
 
@@ -74,9 +75,10 @@ class Simulation:
         self.seed = scenario.seed if seed is None else seed
         self.policy = make_policy(policy if policy is not None else scenario.policy)
         self.loop = EventLoop()
-        self.stats = StatsCollector(scenario.slo.e2e_s, scenario.slo.ttft_s)
-        self.recent: deque[RequestRecord] = deque(maxlen=recent_size)
-        self._record_sinks: list[RecordSink] = [self.stats.on_record, self.recent.append]
+        self._stats = StatsCollector(scenario.slo.e2e_s, scenario.slo.ttft_s)
+        self._recent: deque[RequestRecord] = deque(maxlen=recent_size)
+        self._pending: list[RequestRecord] = []  # finished, not yet folded into stats and recent
+        self._record_sinks: list[RecordSink] = []
         self._sample_sinks: list[SampleSink] = []
         self._buf: list[TraceItem] = []
         self.writer: TraceWriter | None = None
@@ -116,6 +118,26 @@ class Simulation:
         self._closed = False
 
     # ---- stepping API --------------------------------------------------------------------
+    @property
+    def stats(self) -> StatsCollector:
+        """Streaming statistics of every request that has left so far."""
+        self._fold()
+        return self._stats
+
+    @property
+    def recent(self) -> deque[RequestRecord]:
+        """The last ``recent_size`` records that left the system."""
+        self._fold()
+        return self._recent
+
+    def _fold(self) -> None:
+        """Fold the finished records kept since the last fold into stats and ``recent``."""
+        pending = self._pending
+        if pending:
+            self._stats.on_records(pending)
+            self._recent.extend(pending)
+            pending.clear()
+
     @property
     def now_s(self) -> float:
         return self.loop.now
@@ -187,8 +209,10 @@ class Simulation:
         return self.summary()
 
     # ---- arrivals ------------------------------------------------------------------------
-    def _queue_next(self, src: _Source) -> None:
-        nxt = next(src.it, None)
+    def _queue_next(self, src: _Source, nxt: Arrival | None = None) -> None:
+        """Schedule the source's next arrival (``nxt``, or drawn now), or close the source."""
+        if nxt is None:
+            nxt = next(src.it, None)
         if nxt is None or nxt[0] > self.duration_s:
             if src.next is not None:
                 self._open_sources -= 1
@@ -205,27 +229,37 @@ class Simulation:
 
     def _on_arrival(self, arg: Any) -> None:
         src: _Source = arg
-        if src.next is None:
+        nxt = src.next
+        if nxt is None:
+            self.loop.superseded += 1
             return  # the source was closed (request budget reached) after this was scheduled
-        t, w, h, b, text, out, deadline = src.next
+        t, w, h, b, text, out, deadline = nxt
         dev = src.device
-        self.arrived += 1
+        self.arrived = arrived = self.arrived + 1
         n = src.n = src.n + 1
-        self._area += self.in_system * (t - self._area_t)
+        in_system = self.in_system
+        self._area += in_system * (t - self._area_t)
         self._area_t = t
-        self.in_system += 1
-        th, tw, itok = src.geom.target(w, h)
+        self.in_system = in_system + 1
+        geo = src.cache.get((w, h))
+        th, tw, itok = geo if geo is not None else src.geom.target(w, h)
+        prompt = text + itok
         rec = RequestRecord(
             id=f"{dev.name}-{n}", device=dev.name, arrived_s=t, image_bytes=b,
             num_images=1 if w else 0, source_width=w, source_height=h, target_width=tw,
-            target_height=th, image_tokens=itok, prompt_tokens=text + itok, output_tokens=out,
+            target_height=th, image_tokens=itok, prompt_tokens=prompt, output_tokens=out,
             max_tokens=out, deadline_s=deadline)
-        job = Job(rec, dev, w * h, tw * th, itok, text + itok, out)
+        job = Job(rec, dev, w * h, tw * th, itok, prompt, out)
         # the next arrival is drawn before the decision, so policies cannot shift arrivals
-        if self.arrived >= self.max_requests:
+        if arrived >= self.max_requests:
             self._stop_sources()
         else:
-            self._queue_next(src)
+            nxt = next(src.it, None)
+            if nxt is None or nxt[0] > self.duration_s:
+                self._queue_next(src, nxt)
+            else:  # _queue_next, inlined
+                src.next = nxt
+                heappush(self.loop.queue, (nxt[0], 1, next(self.loop.eid), self._on_arrival, src))
         if dev.battery_capacity_wh is not None and dev.battery_wh == 0.0:
             rec.outcome = Outcome.FAILED
             rec.error = "battery depleted"
@@ -285,11 +319,15 @@ class Simulation:
         now = self.loop.now
         self._area += self.in_system * (now - self._area_t)
         self._area_t = now
-        self.in_system -= 1
+        self.in_system = in_system = self.in_system - 1
         self.completed += 1
         rec = job.rec
-        if self.in_system == 0 and self._open_sources == 0:
+        if in_system == 0 and self._open_sources == 0:
             self.loop.stop()  # the last request left: the run ends here (not after cool-down)
+        pending = self._pending
+        pending.append(rec)  # stats and recent take records in batches (see _fold)
+        if len(pending) >= _BATCH:
+            self._fold()
         for sink in self._record_sinks:
             sink(rec)
         if self.writer is not None:
@@ -302,7 +340,7 @@ class Simulation:
     def _on_sample(self, arg: Any) -> None:
         for d in self.devices:
             s = d.sample()
-            self.stats.on_sample(s, d.decisions, d.offloaded)
+            self._stats.on_sample(s, d.decisions, d.offloaded)
             for sink in self._sample_sinks:
                 sink(s)
             if self.writer is not None:

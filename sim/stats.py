@@ -103,18 +103,46 @@ class Series:
         self._acc_n = 0
 
     def add(self, t: float, v: float) -> None:
-        self._acc += v
-        self._acc_n += 1
-        if self._acc_n < self.stride:
+        n = self._acc_n + 1
+        if n < self.stride:
+            self._acc += v
+            self._acc_n = n
             return
-        self.t.append(t)
-        self.v.append(self._acc / self._acc_n)
+        ts = self.t
+        ts.append(t)
+        self.v.append((self._acc + v) / n)
         self._acc = 0.0
         self._acc_n = 0
-        if len(self.t) >= self.max_points:
-            self.t = self.t[1::2]
-            self.v = [(a + b) / 2 for a, b in zip(self.v[::2], self.v[1::2], strict=False)]
-            self.stride *= 2
+        if len(ts) >= self.max_points:
+            self._halve()
+
+    def extend(self, ts: list[float], vs: list[float]) -> None:
+        """The same as :meth:`add` on each pair, in order."""
+        t_out, v_out = self.t, self.v
+        acc, acc_n, stride, cap = self._acc, self._acc_n, self.stride, self.max_points
+        for t, v in zip(ts, vs, strict=True):
+            n = acc_n + 1
+            if n < stride:
+                acc += v
+                acc_n = n
+                continue
+            t_out.append(t)
+            v_out.append((acc + v) / n)
+            acc = 0.0
+            acc_n = 0
+            if len(t_out) >= cap:
+                self.t, self.v = t_out, v_out
+                self._acc, self._acc_n = acc, acc_n
+                self._halve()
+                t_out, v_out, stride = self.t, self.v, self.stride
+        self.t, self.v = t_out, v_out
+        self._acc, self._acc_n = acc, acc_n
+
+    def _halve(self) -> None:
+        """Halve the resolution (what :meth:`add` does when ``max_points`` are reached)."""
+        self.t = self.t[1::2]
+        self.v = [(a + b) / 2 for a, b in zip(self.v[::2], self.v[1::2], strict=False)]
+        self.stride *= 2
 
 
 @dataclass(slots=True)
@@ -161,6 +189,26 @@ class Timeline:
     max_temp_c: float = -math.inf
     _decisions: int = 0
     _offloaded: int = 0
+    # samples not yet folded into the series: (t, temp, level, power, battery, share, dd, do)
+    _rows: list[tuple[float, float, int, float, float | None, float, int, int]] = field(
+        default_factory=list)
+
+    def fold(self) -> None:
+        """Fold the pending samples into the series (in batches: cheaper than one by one)."""
+        rows = self._rows
+        if not rows:
+            return
+        ts = [r[0] for r in rows]
+        self.temp_c.extend(ts, [r[1] for r in rows])
+        self.clock_level.extend(ts, [r[2] for r in rows])
+        self.power_w.extend(ts, [r[3] for r in rows])
+        bat = [(r[0], r[4]) for r in rows if r[4] is not None]
+        if bat:
+            self.battery_wh.extend([b[0] for b in bat], [b[1] for b in bat])
+        self.offload_share.extend(ts, [r[5] for r in rows])
+        self.decisions.extend(ts, [r[6] for r in rows])
+        self.offloads.extend(ts, [r[7] for r in rows])
+        rows.clear()
 
 
 class StatsCollector:
@@ -170,7 +218,14 @@ class StatsCollector:
         self.slo_e2e_s = slo_e2e_s
         self.slo_ttft_s = slo_ttft_s
         self.devices: dict[str, DeviceStats] = {}
-        self.timelines: dict[str, Timeline] = {}
+        self._timelines: dict[str, Timeline] = {}
+
+    @property
+    def timelines(self) -> dict[str, Timeline]:
+        """Per-device series of the samples so far."""
+        for tl in self._timelines.values():
+            tl.fold()
+        return self._timelines
 
     def on_record(self, rec: RequestRecord) -> None:
         st = self.devices.get(rec.device)  # type: ignore[arg-type]
@@ -198,22 +253,69 @@ class StatsCollector:
         else:
             st.failed += 1
 
+    def on_records(self, recs: list[RequestRecord]) -> None:
+        """Fold many records in at once; the same as :meth:`on_record` on each, in order."""
+        devices = self.devices
+        slo_e2e, slo_ttft = self.slo_e2e_s, self.slo_ttft_s
+        ok_, dropped_ = Outcome.OK, Outcome.DROPPED
+        log, lo, log_ratio, top = math.log, _LO_S, _LOG_RATIO, _NBUCKETS - 1
+        for rec in recs:
+            st = devices.get(rec.device)  # type: ignore[arg-type]
+            if st is None:
+                st = devices[rec.device] = DeviceStats()  # type: ignore[index]
+            st.requests += 1
+            out = rec.outcome
+            cloud = rec.uplink_end_s is not None
+            if cloud:
+                st.offloaded += 1
+            if out is ok_:
+                st.ok += 1
+                fin: float = rec.finished_s  # type: ignore[assignment]
+                arr = rec.arrived_s
+                e2e = fin - arr
+                # Histogram.add on e2e and on the path's histogram, then ttft: inlined
+                i = int(log(e2e / lo) / log_ratio) + 1 if e2e > lo else 0
+                if i > top:
+                    i = top
+                for h in (st.e2e, st.e2e_cloud if cloud else st.e2e_local):
+                    h.count += 1
+                    h.sum += e2e
+                    if e2e > h.max:
+                        h.max = e2e
+                    h.counts[i] += 1
+                ttft = rec.first_token_s - arr  # type: ignore[operator]
+                h = st.ttft
+                h.count += 1
+                h.sum += ttft
+                if ttft > h.max:
+                    h.max = ttft
+                i = int(log(ttft / lo) / log_ratio) + 1 if ttft > lo else 0
+                h.counts[i if i < top else top] += 1
+                if fin > st.last_finish_s:
+                    st.last_finish_s = fin
+                if e2e <= slo_e2e and (slo_ttft is None or ttft <= slo_ttft) \
+                        and (rec.deadline_s is None or fin <= rec.deadline_s):
+                    st.slo_met += 1
+            elif out is dropped_:
+                st.dropped += 1
+            else:
+                st.failed += 1
+
     def on_sample(self, s: DeviceSample, decisions: int, offloaded: int) -> None:
-        tl = self.timelines.get(s.device)
+        tl = self._timelines.get(s.device)
         if tl is None:
-            tl = self.timelines[s.device] = Timeline()
-        tl.temp_c.add(s.t_s, s.temp_c)
-        tl.clock_level.add(s.t_s, s.clock_level)
-        tl.power_w.add(s.t_s, s.power_w)
-        if s.battery_wh is not None:
-            tl.battery_wh.add(s.t_s, s.battery_wh)
+            tl = self._timelines[s.device] = Timeline()
+        temp = s.temp_c
         dd = decisions - tl._decisions
         do = offloaded - tl._offloaded
-        tl.offload_share.add(s.t_s, do / dd if dd else 0.0)
-        tl.decisions.add(s.t_s, dd)
-        tl.offloads.add(s.t_s, do)
+        rows = tl._rows
+        rows.append((s.t_s, temp, s.clock_level, s.power_w, s.battery_wh,
+                     do / dd if dd else 0.0, dd, do))
+        if len(rows) >= 1024:
+            tl.fold()
         tl._decisions, tl._offloaded = decisions, offloaded
-        tl.max_temp_c = max(tl.max_temp_c, s.temp_c)
+        if temp > tl.max_temp_c:
+            tl.max_temp_c = temp
 
     def fleet(self) -> DeviceStats:
         total = DeviceStats()

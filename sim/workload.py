@@ -53,19 +53,19 @@ class ImageGeometry:
 
     def __init__(self, cfg: ImageConfig) -> None:
         self.cfg = cfg
-        self._cache: dict[tuple[int, int], tuple[int, int, int]] = {}
+        self.cache: dict[tuple[int, int], tuple[int, int, int]] = {}
 
     def target(self, width: int, height: int) -> tuple[int, int, int]:
         key = (width, height)
-        hit = self._cache.get(key)
+        hit = self.cache.get(key)
         if hit is None:
             if width <= 0 or height <= 0:  # a text-only request
-                self._cache[key] = (0, 0, 0)
+                self.cache[key] = (0, 0, 0)
                 return (0, 0, 0)
             c = self.cfg
             th, tw = smart_resize(height, width, c.factor, c.min_pixels, c.max_pixels)
             hit = (th, tw, th * tw // c.pixels_per_token)
-            self._cache[key] = hit
+            self.cache[key] = hit
         return hit
 
 
@@ -105,10 +105,14 @@ def arrivals(cfg: WorkloadConfig, rng: random.Random) -> Iterator[Arrival]:
     dl = cfg.deadline_s
     if cfg.kind is WorkloadKind.POISSON:
         rate = cfg.rate_hz
-        expo = rng.expovariate
+        log = math.log
+        bisect_right = bisect.bisect_right
+        w, h, b = sizes[0]
         while True:
-            t += expo(rate)
-            w, h, b, out = features()
+            t += -log(1.0 - rand()) / rate  # rng.expovariate(rate), inlined
+            if not single:  # features(), inlined
+                w, h, b = sizes[bisect_right(cum, rand() * total)]
+            out = lo + int(rand() * span)
             yield (t, w, h, b, text, out, None if dl is None else t + dl)
     # gamma: shape k = 1/cv², scale θ = cv²/rate gives mean 1/rate and the requested cv
     shape = 1.0 / (cfg.cv * cfg.cv)
