@@ -170,6 +170,24 @@ def test_prompt_tokens_grow_with_the_image_by_one_token_per_28x28_pixels(
     assert usage["small"] - text_only.usage.prompt_tokens == n_small + 2
 
 
+def test_several_images_in_one_request_each_add_their_tokens(
+    client: openai.OpenAI, model: str, tiny_model_dir: Path
+) -> None:
+    parts: Any = [
+        {"type": "image_url", "image_url": {"url": data_url(jpeg(photos.chelsea()))}},
+        {"type": "text", "text": "Compare"},
+        {"type": "image_url", "image_url": {"url": data_url(jpeg(photos.coffee()))}},
+    ]
+    both = client.chat.completions.create(model=model, max_tokens=1,
+                                          messages=[{"role": "user", "content": parts}])
+    text = client.chat.completions.create(
+        model=model, max_tokens=1,
+        messages=[{"role": "user", "content": [{"type": "text", "text": "Compare"}]}])
+    assert both.usage is not None and text.usage is not None
+    expected = image_tokens(451, 300, tiny_model_dir) + image_tokens(600, 400, tiny_model_dir)
+    assert both.usage.prompt_tokens - text.usage.prompt_tokens == expected + 2 * 2
+
+
 def test_seeded_sampling_is_reproducible(client: openai.OpenAI, model: str) -> None:
     msgs = image_message(data_url(jpeg(photos.coffee())))
     outs = {client.chat.completions.create(model=model, messages=msgs, max_tokens=12,
