@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import enum
 import json
+import math
 import os
 import shlex
 import signal
@@ -281,6 +282,18 @@ def _f(v: float | None, digits: int = 2) -> str:
     return "n/a" if v is None else f"{v:.{digits}f}"
 
 
+def _cdf_rate(entry: dict[str, Any], sweeps: dict[str, SweepResult]) -> float:
+    """The rate for the CDF plot: the highest one all servers ran without being hopelessly
+    saturated (TTFT p99 within 3× the bound), else the lowest they all ran."""
+    common = entry["common_rates"]
+    if not common:
+        return 0.0
+    ok = [c for c in common if all(
+        (p := point_at(s, c)) is not None and (p.get("p99_ttft_ms") or math.inf)
+        <= 3 * s.ttft_p99_bound_ms for s in sweeps.values())]
+    return max(ok) if ok else min(common)
+
+
 def load(path: Path) -> CompareResult:
     """A comparison back from its ``compare.json``."""
     data = json.loads(Path(path).read_text())
@@ -307,8 +320,7 @@ def save(result: CompareResult, out_dir: Path) -> list[Path]:
         curves = out_dir / f"rate_curves_{workload}.png"
         plot_rate_curves(last_round, curves, title=f"workload {workload}")
         paths.append(curves)
-        common_rates = summary(result)[workload]["common_rates"]
-        common = common_rates[-1] if common_rates else 0.0
+        common = _cdf_rate(summary(result)[workload], last_round)
         runs = {s: p for s, r in last_round.items() for p in r.points
                 if float(p["request_rate"]) == common}
         cdf = out_dir / f"ttft_cdf_{workload}.png"
