@@ -356,6 +356,25 @@ def test_a_client_that_disconnects_has_its_request_aborted(
     assert my_segments(server.pid) == []
 
 
+def test_a_client_that_leaves_during_preprocessing_leaves_nothing_behind(
+    server: ServerProcess, model: str, workdir: Path
+) -> None:
+    aborted_before = server.metric("edgeserve_requests_total", 'outcome="aborted"')
+    body = {"model": model, "max_tokens": 4,
+            "messages": image_message(f"file://{workdir}/media/big.png")}
+    with pytest.raises(httpx.ReadTimeout):  # gone while the worker decodes the 19 MP PNG
+        httpx.post(server.url + "/v1/chat/completions", json=body, timeout=0.2)
+    deadline = time.monotonic() + 30
+    while server.metric("edgeserve_requests_total", 'outcome="aborted"') < aborted_before + 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    while any(w["busy"] for w in server.get_json("/health")["workers"]):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert my_segments(server.pid) == []  # the late pixels were dropped and released
+    assert server.get_json("/health")["inflight"] == 0
+
+
 def test_a_full_server_answers_429_with_retry_after(server: ServerProcess, model: str) -> None:
     body = json.dumps({"model": model, "max_tokens": 200, "ignore_eos": True,
                        "messages": [{"role": "user", "content": "hello"}]}).encode()
