@@ -48,6 +48,7 @@ class BatchEngine:
         "_version",
         "busy",
         "clock_scale",
+        "finishes",
         "kv_capacity_tokens",
         "kv_used",
         "loop",
@@ -80,6 +81,7 @@ class BatchEngine:
         self.max_batch = max_batch
         self.on_done = on_done
         self.on_busy = on_busy  # called with +1 / −1 when the engine starts / stops working
+        self.finishes = False  # True: the last token ends the request (sets its finished_s)
         self.clock_scale = 1.0
         self.waiting: deque[Job] = deque()
         self.waiting_prefill_s = 0.0  # estimated prefill seconds queued (for policies)
@@ -239,6 +241,8 @@ class BatchEngine:
         self.kv_used -= job.prompt_tokens + out
         rec = job.rec
         rec.last_token_s = now
+        if self.finishes:
+            rec.finished_s = now
         if out > 1:
             tpot = (now - rec.first_token_s) / (out - 1)  # type: ignore[operator]
             self.tpot_s += 0.1 * (tpot - self.tpot_s)

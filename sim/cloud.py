@@ -112,6 +112,7 @@ class CloudServer:
                         profile.server.max_batch, on_done)
             for i in range(replicas)
         ]
+        self.single = replicas == 1
         #: the arrival callback: straight to the engine when there is nothing to route
         self.arrive: Callable[[Any], None] = (
             self.replicas[0].submit if replicas == 1 else self.on_arrive)
@@ -119,7 +120,8 @@ class CloudServer:
     def preprocess_s(self, job: Job) -> float:
         return job.source_pixels * self.preprocess_s_per_pixel
 
-    def _pick(self) -> BatchEngine:
+    def pick(self) -> BatchEngine:
+        """The least-loaded replica (the first among equals)."""
         reps = self.replicas
         if len(reps) == 1:
             return reps[0]
@@ -127,11 +129,11 @@ class CloudServer:
 
     def on_arrive(self, arg: Any) -> None:
         """Event: a request's bytes arrived and were preprocessed; queue it on a replica."""
-        self._pick().submit(arg)
+        self.pick().submit(arg)
 
     def estimate_s(self, job: Job) -> float:
-        reps = self.replicas
-        engine = reps[0] if len(reps) == 1 else self._pick()
+        """Predicted preprocessing + engine time for ``job`` arriving now."""
+        engine = self.replicas[0] if self.single else self.pick()
         return job.source_pixels * self.preprocess_s_per_pixel + engine.estimate_s(job)
 
     @property

@@ -112,7 +112,7 @@ class Device:
             loop, f"{name}/llm",
             LocalModel(ServiceTime(st[StageName.PREFILL].model, draws("prefill")),
                        ServiceTime(st[StageName.DECODE_STEP].model, draws("decode_step"))),
-            profile.llm.kv_capacity_tokens, profile.llm.max_batch, self._llm_done,
+            profile.llm.kv_capacity_tokens, profile.llm.max_batch, on_finished,
             functools.partial(self._busy_delta, self._llm_u))
         self.variants: dict[str, BatchEngine] = {}
         for vname, v in profile.llm_variants.items():
@@ -121,8 +121,10 @@ class Device:
                 loop, f"{name}/llm:{vname}",
                 LocalModel(ServiceTime(v.prefill, draws(f"{vname}:prefill")),
                            ServiceTime(v.decode_step, draws(f"{vname}:decode_step"))),
-                v.kv_capacity_tokens, v.max_batch, self._llm_done,
+                v.kv_capacity_tokens, v.max_batch, on_finished,
                 functools.partial(self._busy_delta, unit))
+        for e in (self.engine, *self.variants.values()):
+            e.finishes = True  # a local request ends with its last token (no downlink)
         # clock, heat, energy
         self.levels = profile.dvfs
         self.power_scales = [lv.power_scale for lv in profile.dvfs]
@@ -210,10 +212,17 @@ class Device:
         if self.battery_capacity_wh is not None:
             battery_wh = max(0.0, self._battery_start_wh - (self.energy_j + self.radio_j) / 3600.0)
         level = self.level
+        engine = self.engine  # queue_len and running, inlined
+        queue = len(self.cpu_queue) + len(self.enc_queue) + len(engine.waiting)
+        running = (self.cores - len(self._free_cores)) + (self.enc_servers - self._enc_free) \
+            + len(engine.running) + (engine.prefilling is not None)
+        for e in self.variants.values():
+            queue += len(e.waiting)
+            running += len(e.running) + (e.prefilling is not None)
         return DeviceSample(
             t_s=now, device=self.name, temp_c=self.thermal.temp_c, clock_level=level,
             clock_scale=self.scale, power_w=self.power_w, battery_wh=battery_wh,
-            queue=self.queue_len, running=self.running,
+            queue=queue, running=running,
             offload_share=self.offloaded / self.decisions if self.decisions else 0.0,
             throttled=level > 0)
 
@@ -239,7 +248,10 @@ class Device:
         wait = up.free_at_s - now if up.free_at_s > now else 0.0
         tx = (job.rec.image_bytes + lc.request_overhead_bytes) * 8.0 / up.bits_per_s \
             + (job.output_tokens * lc.response_bytes_per_token + 500) * 8.0 / link.down.bits_per_s
-        return wait + tx * link.est_tx_factor + link.est_fixed_s + cloud.estimate_s(job)
+        # CloudServer.estimate_s, inlined
+        engine = cloud.replicas[0] if cloud.single else cloud.pick()
+        return wait + tx * link.est_tx_factor + link.est_fixed_s + (
+            job.source_pixels * cloud.preprocess_s_per_pixel + engine.estimate_s(job))
 
     # ---- power, heat, clock ----------------------------------------------------------------
     def _integrate(self, now: float) -> None:
@@ -435,10 +447,6 @@ class Device:
 
     def _llm_busy(self, delta: int) -> None:
         self._busy_delta(self._llm_u, delta)
-
-    def _llm_done(self, job: Job) -> None:
-        job.rec.finished_s = self.loop.now if job.rec.outcome is Outcome.OK else None
-        self.on_finished(job)
 
     # ---- offloading ---------------------------------------------------------------------
     def offload(self, job: Job) -> None:
