@@ -285,12 +285,12 @@ def main() -> int:
     for a in arms:
         ratios = [x / y for x, y in zip(a.cpu_ms_per_image, ref.cpu_ms_per_image, strict=True)]
         tput = [x / y for x, y in zip(a.images_per_s, ref.images_per_s, strict=True)]
-        stall = f"{med(a.stall_ms_per_image):.1f}" if a.stall_ms_per_image else "n/a"
+        stall_text = f"{med(a.stall_ms_per_image):.1f}" if a.stall_ms_per_image else "n/a"
         print(
             f"| {a.name} | {med(a.cpu_ms_per_image):.1f} | "
             f"{med(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f}) | "
             f"{med(a.images_per_s):.2f} | {med(tput):.2f} ({min(tput):.2f}–{max(tput):.2f}) | "
-            f"{med(a.latency_s):.3f} | {stall} |"
+            f"{med(a.latency_s):.3f} | {stall_text} |"
         )
     if args.json:
         Path(args.json).write_text(
