@@ -184,3 +184,44 @@ def test_options_object_replaces_keywords() -> None:
     assert r.target_height * r.target_width <= 64 * 28 * 28
     with pytest.raises(mm_preproc.InvalidArgumentError):
         mm_preproc.PreprocOptions(resized_height=100)
+
+
+def _fill_segment(segment_name: str, data: bytes) -> tuple[int, int]:
+    """Worker-process side: attach to the segment by name and preprocess into it."""
+    segment = shared_memory.SharedMemory(name=segment_name)
+    try:
+        spec = mm_preproc.plan(data).spec
+        out = np.ndarray(spec.shape, dtype=spec.dtype, buffer=segment.buf)
+        r = mm_preproc.preprocess(data, out=out)
+        del out
+        return r.target_height, r.target_width
+    finally:
+        segment.close()
+
+
+def test_worker_processes_write_results_into_segments_the_parent_sized() -> None:
+    """The runtime's hand-off: the parent plans from the header and creates a segment, a
+    worker process (spawned, not forked) decodes into it, the parent reads the arrays."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    images = [
+        encode(Image.fromarray(synthetic_rgb(w, h, seed=w)), fmt, **kw)
+        for w, h, fmt, kw in [(1600, 1200, "JPEG", {"quality": 90}), (700, 900, "PNG", {})]
+    ]
+    segments = [
+        shared_memory.SharedMemory(create=True, size=mm_preproc.plan(d).spec.nbytes) for d in images
+    ]
+    try:
+        with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+            sizes = list(pool.map(_fill_segment, [s.name for s in segments], images))
+        for data, segment, size in zip(images, segments, sizes, strict=True):
+            expected = mm_preproc.preprocess(data)
+            assert size == (expected.target_height, expected.target_width)
+            view = np.ndarray(expected.pixel_values.shape, np.float32, buffer=segment.buf)
+            np.testing.assert_array_equal(view, expected.pixel_values)
+            del view
+    finally:
+        for segment in segments:
+            segment.close()
+            segment.unlink()
