@@ -128,9 +128,9 @@ def add_parser(subparsers: Any, help_: str) -> None:
     _add_workload_args(compare)
     _add_report_args(compare)
     compare.add_argument("--out", type=Path, default=Path("results/compare"))
-    compare.add_argument("--from-json", type=Path, metavar="COMPARE_JSON",
-                         help="run nothing: redo the tables and plots of a saved compare.json "
-                         "into --out")
+    compare.add_argument("--from-json", type=Path, nargs="+", metavar="COMPARE_JSON",
+                         help="run nothing: redo the tables and plots of saved compare.json "
+                         "files into --out (several files: their rounds are pooled)")
     compare.set_defaults(func=compare_cmd)
 
     # every argument goes to the script (its own --help included): "+" as the only prefix
@@ -308,9 +308,14 @@ def compare_cmd(args: argparse.Namespace) -> int:
 
     if args.from_json:
         try:
-            result = load(args.from_json)
+            result = load(args.from_json[0])
+            for more in args.from_json[1:]:
+                for workload, by_server in load(more).sweeps.items():
+                    for server, rounds in by_server.items():
+                        for sweep in rounds:
+                            result.add(workload, server, sweep)
         except (OSError, ValueError, KeyError) as e:
-            return _fail(f"cannot read {args.from_json}: {e}")
+            return _fail(f"cannot read {' '.join(map(str, args.from_json))}: {e}")
         print(format_summary_table(result))
         for path in save_compare(result, args.out):
             print(f"saved {path}")
