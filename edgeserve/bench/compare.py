@@ -219,6 +219,10 @@ def summary(result: CompareResult) -> dict[str, Any]:
                 "max_rate_interp_max": max(rates),
                 "max_rate_tested_median": _median([r.max_rate_rps or 0.0 for r in rounds]),
                 "lowest_rate_tested": min(float(p["request_rate"]) for r in rounds for p in r.points),
+                # other work on a shared host: 1-min load average over this server's runs
+                "loadavg_1m_median": _median([float(p["loadavg_1m_before"]) for r in rounds
+                                              for p in r.points
+                                              if p.get("loadavg_1m_before") is not None]),
                 "p99_ttft_ms_at": {str(c): _at(rounds, c, "p99_ttft_ms") for c in common},
                 "stall_fraction_at": {str(c): _at(rounds, c, "stall_fraction") for c in common},
                 "server_stall_fraction_at": {
@@ -252,14 +256,15 @@ def format_summary_table(result: CompareResult) -> str:
         lines += [f"### workload {workload}", ""]
         head = " | ".join(f"@ {c:g}" for c in common)
         lines.append(f"| server | max sustained req/s (TTFT p99 ≤ {bound:g} ms) | min–max "
-                     f"({rounds} round(s)) | TTFT p99 ms {head} |")
-        lines.append("|---|---:|---:|" + "---:|" * max(1, len(common)))
+                     f"({rounds} round(s)) | host load avg | TTFT p99 ms {head} |")
+        lines.append("|---|---:|---:|---:|" + "---:|" * max(1, len(common)))
         for server, s in entry["servers"].items():
             rate = s["max_rate_interp_median"]
             shown = _f(rate) if rate else f"< {s['lowest_rate_tested']:g}"
             cells = " | ".join(_f(s["p99_ttft_ms_at"][str(c)], 0) for c in common)
             lines.append(f"| {server} | {shown} | {_f(s['max_rate_interp_min'])}–"
-                         f"{_f(s['max_rate_interp_max'])} | {cells} |")
+                         f"{_f(s['max_rate_interp_max'])} | {_f(s['loadavg_1m_median'], 1)} | "
+                         f"{cells} |")
         lines += ["", f"| server | stall fraction, client estimate / server counter {head} |",
                   "|---|" + "---:|" * max(1, len(common))]
         for server, s in entry["servers"].items():
