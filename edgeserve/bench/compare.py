@@ -316,7 +316,7 @@ def save(result: CompareResult, out_dir: Path) -> list[Path]:
 
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / "compare.json", out_dir / "compare.md"]
-    paths[0].write_text(json.dumps(result.to_json(), indent=1))
+    paths[0].write_text(json.dumps(result.to_json(), separators=(",", ":")))
     md = [format_summary_table(result)]
     for workload, by_server in result.sweeps.items():
         last_round = {s: rs[-1] for s, rs in by_server.items()}

@@ -107,9 +107,9 @@ async def run_benchmark(
     result["stall_fraction"] = client_stall_fraction(run.results, run.duration_s, prefill_ms / 1e3)
     result["stall_prefill_ms"] = prefill_ms
     # completed requests' client times, always kept for plots and re-analysis (s; not vLLM keys)
-    result["cdf_ttft_s"] = [r.ttft_s for r in run.results if r.ok]
-    result["cdf_e2el_s"] = [r.e2e_s for r in run.results if r.ok]
-    result["cdf_start_s"] = [r.start_s - run.t0_s for r in run.results if r.ok]
+    result["cdf_ttft_s"] = [round(r.ttft_s, 5) for r in run.results if r.ok]
+    result["cdf_e2el_s"] = [round(r.e2e_s, 5) for r in run.results if r.ok]
+    result["cdf_start_s"] = [round(r.start_s - run.t0_s, 5) for r in run.results if r.ok]
     if config.save_detailed:
         result |= detailed(run.results, run.t0_s)
     return result
