@@ -310,13 +310,24 @@ def load(path: Path) -> CompareResult:
     return result
 
 
+def _rounded(obj: Any) -> Any:
+    """Floats to 5 decimals (10 µs for seconds), recursively: the JSON stays small."""
+    if isinstance(obj, float):
+        return round(obj, 5)
+    if isinstance(obj, dict):
+        return {k: _rounded(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_rounded(v) for v in obj]
+    return obj
+
+
 def save(result: CompareResult, out_dir: Path) -> list[Path]:
     """compare.json, compare.md (tables) and per-workload PNGs (rate curves, TTFT CDFs)."""
     from edgeserve.bench.plots import plot_latency_cdfs, plot_rate_curves
 
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / "compare.json", out_dir / "compare.md"]
-    paths[0].write_text(json.dumps(result.to_json(), separators=(",", ":")))
+    paths[0].write_text(json.dumps(_rounded(result.to_json()), separators=(",", ":")))
     md = [format_summary_table(result)]
     for workload, by_server in result.sweeps.items():
         last_round = {s: rs[-1] for s, rs in by_server.items()}
