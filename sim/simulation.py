@@ -82,10 +82,6 @@ class Simulation:
         self._sample_sinks: list[SampleSink] = []
         self._buf: list[TraceItem] = []
         self.writer: TraceWriter | None = None
-        if trace_path is not None:
-            self.writer = TraceWriter(trace_path, TraceHeader(
-                producer="edgeserve sim", clock="sim",
-                meta={"scenario": scenario.name, "policy": self.policy.name, "seed": self.seed}))
         seed_s = str(self.seed)
         self.clouds: dict[str, CloudServer] = {
             c.name: CloudServer(self.loop, c.name, c.profile, c.replicas, self._cloud_done)
@@ -104,6 +100,11 @@ class Simulation:
                 src = _Source(dev, arrivals(entry.workload, random.Random(f"{seed_s}:workload:{name}")),
                               ImageGeometry(entry.workload.image))
                 self._sources.append(src)
+        if trace_path is not None:
+            self.writer = TraceWriter(trace_path, TraceHeader(
+                producer="edgeserve sim", clock="sim",
+                meta={"scenario": scenario.name, "policy": self.policy.name, "seed": self.seed,
+                      "devices": self._device_facts()}))
         self.max_requests = scenario.requests if scenario.requests is not None else math.inf
         self.duration_s = scenario.duration_s if scenario.duration_s is not None else math.inf
         self.arrived = 0
@@ -177,6 +178,18 @@ class Simulation:
     def add_sample_sink(self, fn: SampleSink) -> None:
         """Call ``fn(sample)`` for every periodic :class:`~edgeserve.records.DeviceSample`."""
         self._sample_sinks.append(fn)
+
+    def _device_facts(self) -> dict[str, dict[str, object]]:
+        """Static device facts for the trace header (what a replay needs for trip lines)."""
+        return {
+            d.name: {
+                "trip_temps_c": [t.temp_c for t in d.profile.thermal.trips],
+                "ambient_c": d.profile.thermal.ambient_c,
+                "clock_levels": len(d.levels),
+                "battery_capacity_wh": d.battery_capacity_wh,
+            }
+            for d in self.devices
+        }
 
     def device_states(self) -> list[DeviceSample]:
         """Every device's state now (temperature, clock level, battery, queue, offload share)."""

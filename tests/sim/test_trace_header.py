@@ -1,0 +1,28 @@
+"""A simulator trace carries the static device facts a replay needs (trip lines, battery size)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edgeserve.records import TraceHeader, read_trace
+from sim.config import load_scenario
+from sim.simulation import Simulation
+from tui.sources.devices import infos_from_meta
+
+
+def test_trace_header_names_each_device_with_its_trips_ambient_and_battery(tmp_path: Path) -> None:
+    path = tmp_path / "trace.jsonl"
+    sim = Simulation(load_scenario(None), trace_path=path)
+    sim.run_until(10.0)
+    sim.close()
+
+    header = next(read_trace(path))
+    assert isinstance(header, TraceHeader) and header.producer == "edgeserve sim"
+    infos = {i.device: i for i in infos_from_meta(header.meta)}
+    assert sorted(infos) == sorted(d.name for d in sim.devices)
+    for d in sim.devices:
+        info = infos[d.name]
+        assert info.trip_temps_c == tuple(t.temp_c for t in d.profile.thermal.trips)
+        assert info.ambient_c == d.profile.thermal.ambient_c
+        assert info.clock_levels == len(d.levels)
+        assert info.battery_capacity_wh == d.battery_capacity_wh
