@@ -8,6 +8,7 @@ Specification: an image request's prompt is the chat-templated text plus one ``<
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 from pathlib import Path
 
@@ -68,6 +69,8 @@ async def _run(model_dir: Path) -> list[tuple[int, int, int, int]]:
             )
     finally:
         llm.shutdown()
+        del llm  # let AsyncLLM.__del__ run now, not at interpreter teardown
+        gc.collect()
     return results
 
 
