@@ -104,7 +104,7 @@ class Simulation:
             self.writer = TraceWriter(trace_path, TraceHeader(
                 producer="edgeserve sim", clock="sim",
                 meta={"scenario": scenario.name, "policy": self.policy.name, "seed": self.seed,
-                      "devices": self._device_facts()}))
+                      "devices": self.device_facts()}))
         self.max_requests = scenario.requests if scenario.requests is not None else math.inf
         self.duration_s = scenario.duration_s if scenario.duration_s is not None else math.inf
         self.arrived = 0
@@ -179,7 +179,7 @@ class Simulation:
         """Call ``fn(sample)`` for every periodic :class:`~edgeserve.records.DeviceSample`."""
         self._sample_sinks.append(fn)
 
-    def _device_facts(self) -> dict[str, dict[str, object]]:
+    def device_facts(self) -> dict[str, dict[str, object]]:
         """Static device facts for the trace header (what a replay needs for trip lines)."""
         return {
             d.name: {

@@ -22,7 +22,7 @@ from typing import Any
 
 from edgeserve.records import DeviceSample, RequestRecord
 from tui.sources.base import Batch, Capabilities, Clock, Item, PacedClock, Panel, SourceError
-from tui.sources.devices import DeviceInfo
+from tui.sources.devices import infos_from_meta
 
 QUEUES_WHY = (
     "a simulation has no preprocessing pool or engine queues of the runtime kind; "
@@ -151,19 +151,7 @@ class SimulationSource:
         self._out.append(item)
 
     def _device_infos(self) -> list[Item]:
-        out: list[Item] = []
-        for d in self.sim.devices:
-            th = d.profile.thermal
-            out.append(
-                DeviceInfo(
-                    device=d.name,
-                    trip_temps_c=tuple(t.temp_c for t in th.trips),
-                    ambient_c=th.ambient_c,
-                    clock_levels=len(d.levels),
-                    battery_capacity_wh=d.battery_capacity_wh,
-                )
-            )
-        return out
+        return list(infos_from_meta({"devices": self.sim.device_facts()}))
 
     def set_speed(self, speed: float) -> None:
         if self._clock:
