@@ -14,7 +14,6 @@ image) upscaled to 12 MP JPEG q90, prepared before any timing.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import sys
@@ -22,16 +21,10 @@ import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
+# The photo set and the one-thread worker initializer are the pool benchmark's (same directory).
+from preproc_pool_scaling import _init_worker, make_images
 
 MAX_PIXELS = 1280 * 28 * 28
-
-
-def _init_worker() -> None:
-    os.environ["OMP_NUM_THREADS"] = "1"
-    import cv2
-
-    cv2.setNumThreads(1)
 
 
 def _work(data: bytes) -> int:
@@ -39,33 +32,6 @@ def _work(data: bytes) -> int:
 
     r = mm_preproc.preprocess(data, max_pixels=MAX_PIXELS)
     return int(r.pixel_values.shape[0])
-
-
-def make_images(n: int, width: int, height: int) -> list[bytes]:
-    from PIL import Image
-
-    photos: list[np.ndarray] = []
-    try:
-        from skimage import data
-
-        photos = [data.astronaut(), data.coffee(), data.chelsea(), data.rocket()]
-    except ImportError:
-        yy, xx = np.mgrid[0:512, 0:512]
-        base = np.stack(
-            [np.sin(xx / 23.0) * 127 + 128, np.cos(yy / 17.0) * 127 + 128, (xx + yy) % 256], axis=-1
-        ).astype(np.uint8)
-        photos = [base]
-    out = []
-    for i in range(n):
-        im = (
-            Image.fromarray(photos[i % len(photos)])
-            .convert("RGB")
-            .resize((width, height), Image.Resampling.LANCZOS)
-        )
-        buf = io.BytesIO()
-        im.save(buf, "JPEG", quality=90)
-        out.append(buf.getvalue())
-    return out
 
 
 def run_pool(kind: str, workers: int, images: list[bytes], rounds: int) -> float:
