@@ -39,7 +39,13 @@ from typing import Any
 
 import aiohttp
 
-from edgeserve.bench.sweep import SweepConfig, SweepResult, format_sweep_table, run_sweep
+from edgeserve.bench.sweep import (
+    SweepConfig,
+    SweepResult,
+    format_sweep_table,
+    interpolated_max_rate,
+    run_sweep,
+)
 
 KV_CACHE_BYTES = 256 * 1024 * 1024  # plenty for the tiny model; a fixed size starts on a busy host
 
@@ -51,13 +57,21 @@ class ServerKind(enum.StrEnum):
     VLLM_ASC2 = "vllm-asc2"
 
 
-def server_argv(kind: ServerKind, model: Path, port: int, extra: str = "") -> list[str]:
-    """The command line that starts ``kind`` on ``port`` (without the taskset prefix)."""
+def server_argv(
+    kind: ServerKind, model: Path, port: int, extra: str = "", max_pixels: int | None = None
+) -> list[str]:
+    """The command line that starts ``kind`` on ``port`` (without the taskset prefix).
+
+    ``max_pixels`` sets the same image-token budget on every kind (one token per 28×28 pixels):
+    ``--max-pixels`` for edgeserve, ``--mm-processor-kwargs '{"max_pixels": N}'`` for vLLM.
+    """
     py = sys.executable
     if kind in (ServerKind.EDGESERVE_SPLIT, ServerKind.EDGESERVE_INLINE):
         mode = "split" if kind is ServerKind.EDGESERVE_SPLIT else "inline"
         argv = [py, "-m", "edgeserve", "serve", "--model", str(model), "--port", str(port),
                 "--mode", mode]
+        if max_pixels is not None:
+            argv += ["--max-pixels", str(max_pixels)]
     else:
         argv = [py, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
                 "--port", str(port), "--host", "127.0.0.1", "--max-model-len", "4096",
@@ -65,6 +79,8 @@ def server_argv(kind: ServerKind, model: Path, port: int, extra: str = "") -> li
                 "--kv-cache-memory-bytes", str(KV_CACHE_BYTES), "--disable-uvicorn-access-log"]
         if kind is ServerKind.VLLM_ASC2:
             argv += ["--api-server-count", "2"]
+        if max_pixels is not None:
+            argv += ["--mm-processor-kwargs", json.dumps({"max_pixels": max_pixels})]
     return argv + shlex.split(extra)
 
 
@@ -81,6 +97,7 @@ class CompareConfig:
     extra_server_args: tuple[tuple[str, str], ...] = ()
     out_dir: Path = Path("results/compare")
     server_env: tuple[tuple[str, str], ...] = ()
+    max_pixels: int | None = None  # image-token budget for every server; None: the model's
 
     def __post_init__(self) -> None:
         if not self.servers:
@@ -89,6 +106,8 @@ class CompareConfig:
             raise ValueError("no workloads to sweep")
         if self.rounds < 1:
             raise ValueError("rounds must be >= 1")
+        if self.max_pixels is not None and self.max_pixels < 28 * 28:
+            raise ValueError(f"max_pixels {self.max_pixels} is below one 28x28 image token")
         if not Path(self.model_path).exists():
             raise ValueError(f"model {self.model_path} does not exist (edgeserve models build-tiny)")
         known = {k.value for k in ServerKind}
@@ -202,6 +221,31 @@ def _at(rounds: list[SweepResult], rate: float, key: str, server_key: bool = Fal
     return _median(values)
 
 
+# TTFT p99 bounds at which the rate curves are also compared: "the same TTFT p99" is a choice,
+# so the report shows the ratio at several, not only at the sweep's own bound.
+BOUNDS_MS = (500.0, 1000.0, 2000.0, 3000.0, 5000.0)
+
+
+def rates_by_bound(by_server: dict[str, list[SweepResult]]) -> dict[str, Any]:
+    """Per TTFT p99 bound: each server's interpolated max sustained rate (median over rounds) and
+    the split / vllm ratio (median of the per-round ratios; None where vllm sustained nothing)."""
+    out: dict[str, Any] = {}
+    for bound in BOUNDS_MS:
+        row: dict[str, Any] = {"servers": {}}
+        for server, rounds in by_server.items():
+            row["servers"][server] = _median(
+                [interpolated_max_rate(r.points, bound) or 0.0 for r in rounds])
+        split, base = by_server.get(ServerKind.EDGESERVE_SPLIT), by_server.get(ServerKind.VLLM)
+        ratios = []
+        for a, b in zip(split or [], base or [], strict=False):
+            rb = interpolated_max_rate(b.points, bound)
+            if rb:
+                ratios.append((interpolated_max_rate(a.points, bound) or 0.0) / rb)
+        row["ratio_split_over_vllm"] = _median(ratios)
+        out[f"{bound:g}"] = row
+    return out
+
+
 def summary(result: CompareResult) -> dict[str, Any]:
     """Per workload: each server's max sustained rate (median over rounds, min, max); TTFT p99
     and stall fractions at every rate all servers ran; the per-round ratio split / vllm."""
@@ -243,6 +287,7 @@ def summary(result: CompareResult) -> dict[str, Any]:
                     "median": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
                     "rounds": len(ratios), "lower_bound": lower_bound,
                 }
+        entry["by_ttft_p99_bound_ms"] = rates_by_bound(by_server)
         out[workload] = entry
     return out
 
@@ -279,6 +324,15 @@ def format_summary_table(result: CompareResult) -> str:
                       f"(min {r['min']:.2f}×, max {r['max']:.2f}×, {r['rounds']} round(s))"
                       + (" — vllm sustained none of its rates in some round; its lowest tested "
                          "rate is used, so the ratio is a lower bound" if r["lower_bound"] else "")]
+        servers = list(entry["servers"])
+        lines += ["", "Max sustained req/s (interpolated, median over rounds) at other TTFT p99 "
+                  "bounds:", "",
+                  "| TTFT p99 bound ms | " + " | ".join(servers) + " | split / vllm |",
+                  "|---:|" + "---:|" * (len(servers) + 1)]
+        for bound, row in entry["by_ttft_p99_bound_ms"].items():
+            cells = " | ".join(_f(row["servers"][s]) for s in servers)
+            ratio = row["ratio_split_over_vllm"]
+            lines.append(f"| {bound} | {cells} | {'n/a' if ratio is None else f'{ratio:.2f}×'} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -365,8 +419,9 @@ async def _compare(config: CompareConfig, log: Any) -> CompareResult:
         "host_cores": os.cpu_count(),
         "rounds": config.rounds,
         "server_env": env,
+        "max_pixels": config.max_pixels,
         "commands": {k.value: shlex.join(server_argv(k, config.model_path, config.port,
-                                                    extra.get(k.value, "")))
+                                                    extra.get(k.value, ""), config.max_pixels))
                      for k in config.servers},
         "sweeps": {w: {"rates": s.rates_rps, "requests_per_rate": s.requests_per_rate,
                        "duration_per_rate_s": s.duration_per_rate_s,
@@ -376,7 +431,8 @@ async def _compare(config: CompareConfig, log: Any) -> CompareResult:
     }
     for rnd in range(config.rounds):
         for kind in config.servers:
-            argv = server_argv(kind, config.model_path, config.port, extra.get(kind.value, ""))
+            argv = server_argv(kind, config.model_path, config.port, extra.get(kind.value, ""),
+                               config.max_pixels)
             log(f"[round {rnd + 1}/{config.rounds}] starting {kind}: taskset -c "
                 f"{config.server_cores or '(all)'} {shlex.join(argv)}")
             server = ServerProcess(argv, config.server_cores,

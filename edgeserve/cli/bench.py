@@ -121,6 +121,11 @@ def add_parser(subparsers: Any, help_: str) -> None:
     compare.add_argument("--rounds", type=int, default=1,
                          help="repeat the whole server sequence (A B C D A B C D …)")
     compare.add_argument("--port", type=int, default=18500)
+    compare.add_argument("--max-pixels", type=int, default=None, metavar="N",
+                         help="image-token budget for every server (one token per 28x28 "
+                              "pixels; e.g. 200704 = 256 tokens): edgeserve --max-pixels, vLLM "
+                              "--mm-processor-kwargs (default: the model's, 1003520 for the "
+                              "tiny model)")
     compare.add_argument("--startup-timeout", type=float, default=300.0)
     compare.add_argument("--server-arg", action="append", default=[], metavar="KIND=ARGS",
                          help="extra arguments for one server kind, e.g. vllm='--max-num-seqs 8'")
@@ -354,6 +359,7 @@ def compare_cmd(args: argparse.Namespace) -> int:
             startup_timeout_s=args.startup_timeout,
             extra_server_args=tuple(extra.items()),
             out_dir=args.out,
+            max_pixels=args.max_pixels,
         )
     except (ValueError, OSError, argparse.ArgumentTypeError) as e:
         return _fail(str(e))

@@ -42,10 +42,7 @@ def worker_main(conn: Connection, params: PreprocParams) -> None:
         cv2.setNumThreads(1)
     except ImportError:
         pass
-    from PIL import Image  # noqa: F401
-
-    import mm_preproc  # noqa: F401 — import before announcing readiness
-
+    warm_up(params)
     conn.send_bytes(encoder.encode(Ready(pid=os.getpid())))
     while True:
         try:
@@ -58,6 +55,24 @@ def worker_main(conn: Connection, params: PreprocParams) -> None:
             conn.send_bytes(encoder.encode(result))
         except (BrokenPipeError, OSError):
             return
+
+
+def warm_up(params: PreprocParams) -> None:
+    """Run a small JPEG and PNG through the whole path before announcing readiness.
+
+    The first image a fresh interpreter sees pays for lazy imports (Pillow's codec plugins,
+    mm_preproc's backends) and first-touch allocations — tens of milliseconds to seconds on a busy
+    host. Paying it here keeps it out of the first client requests' latency.
+    """
+    import io
+
+    from PIL import Image
+
+    img = Image.new("RGB", (1024, 768), (90, 120, 150))
+    for fmt in ("JPEG", "PNG"):
+        buf = io.BytesIO()
+        img.save(buf, format=fmt)
+        process_image(-1, buf.getvalue(), params, lambda shape: np.empty(shape, np.uint8))
 
 
 def run_job(job: Job, params: PreprocParams) -> JobResult:
