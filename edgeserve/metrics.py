@@ -55,6 +55,12 @@ class Metrics:
         self.engine_stall = Counter(
             "edgeserve_engine_stall_seconds",
             "Time the engine was idle while an admitted request sat in a CPU stage", registry=r)
+        self.gpu_utilization = Gauge(
+            "edgeserve_gpu_utilization",
+            "NVML GPU utilization (0-1) at the last sample, per GPU index", ["gpu"], registry=r)
+        self.gpu_memory_used = Gauge(
+            "edgeserve_gpu_memory_used_bytes", "NVML memory in use at the last sample, per GPU",
+            ["gpu"], registry=r)
         self.engine_busy_fraction = Gauge(
             "edgeserve_engine_busy_fraction", "Engine busy fraction in the last settled window",
             registry=r)

@@ -165,6 +165,8 @@ def _cmdline(p: psutil.Process) -> list[str]:
 
 
 class _Nvml:
+    """GPU utilization and memory through NVML (``pynvml``), one entry per visible GPU."""
+
     def __init__(self) -> None:
         self.handles: list[Any] = []
         try:
@@ -181,10 +183,12 @@ class _Nvml:
         util, mem = [], []
         for h in self.handles:
             try:
-                util.append(float(self.nv.nvmlDeviceGetUtilizationRates(h).gpu) / 100.0)
-                mem.append(int(self.nv.nvmlDeviceGetMemoryInfo(h).used))
-            except Exception:
+                u = float(self.nv.nvmlDeviceGetUtilizationRates(h).gpu) / 100.0
+                m = int(self.nv.nvmlDeviceGetMemoryInfo(h).used)
+            except Exception:  # a GPU that fell off the bus: report the others
                 continue
+            util.append(u)
+            mem.append(m)
         return util, mem
 
 
@@ -240,6 +244,9 @@ class ResourceSampler:
             m.queue_depth.labels(queue=name).set(snap[name])
         for i, frac in enumerate(snap["worker_busy"]):
             m.worker_busy.labels(worker=str(i)).set(frac)
+        for i, (util, used) in enumerate(zip(gpu_util, gpu_mem, strict=True)):
+            m.gpu_utilization.labels(gpu=str(i)).set(util)
+            m.gpu_memory_used.labels(gpu=str(i)).set(used)
         sample = ResourceSample(
             t_s=now,
             preproc_queue=snap["preproc_queue"],
