@@ -42,7 +42,7 @@ from mm_preproc.errors import InvalidArgumentError
 from mm_preproc.layout import OutputFormat, grid_thw
 from mm_preproc.options import Backend, PreprocOptions
 from mm_preproc.orientation import orient_array
-from mm_preproc.patchify import check_out, normalize_into, patch_order, repeat_into
+from mm_preproc.patchify import check_out, normalize_into, patch_planes, repeat_into
 from mm_preproc.resize import resize_opencv, resize_pillow
 from mm_preproc.smart_resize import target_size
 from mm_preproc.timing import StageTimings, Stopwatch
@@ -120,7 +120,7 @@ def preprocess(
         pixel_values = image = target
         timings.patchify_s = watch.lap()
     else:
-        patches = patch_order(image)
+        patches = patch_planes(image)
         timings.patchify_s = watch.lap()
         if options.output is OutputFormat.FLOAT32:
             pixel_values = normalize_into(patches, target)
