@@ -8,11 +8,19 @@ export TRANSFORMERS_OFFLINE := 1
 export VLLM_NO_USAGE_STATS := 1
 export DO_NOT_TRACK := 1
 
-.PHONY: all setup model demo test lint typecheck pytest
+.PHONY: all setup sim-native model demo test lint typecheck pytest
 all: demo
 
 setup:
 	@scripts/install.sh
+	@$(MAKE) --no-print-directory sim-native
+
+# The simulator's event path compiled with mypyc into build/sim-native/ (skipped when fresh; used
+# only while sim/ is unchanged since the build, see sim/native.py). A failed build is not fatal:
+# the simulator then runs as pure Python.
+sim-native:
+	@EDGESERVE_SIM_PURE=1 $(PY) -c 'import sim.native as n; n.main()' build \
+		|| echo "[sim-native] WARNING: compiling the simulator failed; it runs as pure Python"
 
 model: setup
 	@$(VENV)/bin/edgeserve models build-tiny

@@ -12,3 +12,9 @@ and what heat, batteries and links do to it. Entry points:
 See docs/sim.md. Records use the runtime's schema (:mod:`edgeserve.records`); nothing else of the
 runtime is imported.
 """
+
+from sim import native as _native
+
+# A compiled build of the event path (``make sim-native``) is used only when it was built from
+# exactly these sources; otherwise pure Python (see sim/native.py). EDGESERVE_SIM_PURE=1 forces it.
+_native.ACTIVE = _native.activate(__path__)
