@@ -15,7 +15,8 @@ crossing re-planned earlier, an arrival of a closed source) and return at once; 
 Rounds alternate reference and ours (A B A B …) after a warm-up; the ratio is reported as the
 median of the per-round ratios with min and max. ``--full`` then runs the default scenario with
 1,000,000 requests once and reports its wall time against the 30 s target. The process is pinned
-to one core (``--cpu``).
+to one core (``--cpu``). The simulator runs compiled when ``make sim-native`` built it from the
+sources on disk (the first line says which); ``EDGESERVE_SIM_PURE=1`` measures pure Python.
 
     python benchmarks/sim_speed.py                 # 5 rounds of 100k requests
     python benchmarks/sim_speed.py --full          # plus the 1M-request run
@@ -36,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import simpy
 
+from sim import native
 from sim.config import load_scenario
 from sim.simulation import Simulation
 
@@ -94,6 +96,13 @@ def main() -> int:
         f"python {platform.python_version()}, simpy {simpy.__version__}, "
         f"{os.cpu_count()} cores, pinned to core {args.cpu}, "
         f"{'CPU' if CPU_TIME else 'wall'} time, load average {os.getloadavg()[0]:.1f}"
+    )
+    state, where = native.status()
+    print(
+        "sim: compiled event path (mypyc build in " + str(where.relative_to(native.ROOT)) + ")"
+        if native.ACTIVE
+        else f"sim: pure Python (compiled build {state}"
+        + (f", {native.ENV_PURE} set)" if os.environ.get(native.ENV_PURE) else ")")
     )
     with tempfile.TemporaryDirectory() as tmp:
         raw_simpy_events_per_s(args.events // 10)  # warm-up
