@@ -155,13 +155,18 @@ def build(root: Path = ROOT, force: bool = False, quiet: bool = True) -> Path:
         fp = fingerprint(src)
         out = work / "out"
         out_io = subprocess.DEVNULL if quiet else None
-        subprocess.run(
-            [sys.executable, "-c", _SETUP, ",".join(HOT), str(out), str(work / "tmp")],
-            cwd=src,
-            check=True,
-            stdout=out_io,
-            env=dict(os.environ, **{ENV_PURE: "1"}),
-        )
+        try:
+            subprocess.run(
+                [sys.executable, "-c", _SETUP, ",".join(HOT), str(out), str(work / "tmp")],
+                cwd=src,
+                check=True,
+                stdout=out_io,
+                env=dict(os.environ, **{ENV_PURE: "1"}),
+            )
+        except subprocess.CalledProcessError:
+            if state == "stale":  # of no use any more: pure Python from now on, without warnings
+                shutil.rmtree(final, ignore_errors=True)
+            raise
         built = sorted(p.name for p in (out / "sim").iterdir())
         (out / "manifest.json").write_text(
             json.dumps(
@@ -212,7 +217,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "clean":
         shutil.rmtree(build_dir(), ignore_errors=True)
         return 0
-    build(force=args.force, quiet=not args.verbose)
+    try:
+        build(force=args.force, quiet=not args.verbose)
+    except subprocess.CalledProcessError as e:
+        print(
+            f"[sim-native] build failed ({e.cmd[0]} exited with {e.returncode}); "
+            "--verbose shows the compiler's output",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
