@@ -7,7 +7,7 @@ blocks, and row-major over the 2×2 patches inside a block. Each patch is flatte
 3·2·14·14 = 1176 values. This is exactly transformers' ``Qwen2VLImageProcessor.patchify``.
 
 The work is two passes plus a broadcast. ``patch_planes`` gathers the uint8 pixels into patch
-order, one plane per channel (3 bytes per pixel, cheap). ``normalize_into`` converts each plane
+order (whole 14-pixel patch rows at a time), then splits the channels into planes. ``normalize_into`` converts each plane
 to float32 as ``u · 1/(255·std) − mean/std`` in one OpenCV pass, then one numpy copy writes the
 result into both time slots of the output. No float64; the only temporary is float32 at one
 time slot's size, and it and the output come from the buffer pool (:mod:`mm_preproc.buffers`)
@@ -41,20 +41,35 @@ _BIAS = tuple(float(-m / s) for m, s in zip(IMAGE_MEAN, _STD, strict=True))
 _PIXELS_PER_PATCH = PATCH_SIZE * PATCH_SIZE
 
 
+# One row of one patch, all channels: 14 pixels × 3 bytes, moved as a single 42-byte element.
+_PATCH_ROW = np.dtype((np.void, PATCH_SIZE * CHANNELS))
+
+
 def patch_planes(image: np.ndarray) -> np.ndarray:
     """Gather an H×W×3 uint8 image into patch order, one plane per channel.
 
-    Returns (3, num_patches, 14·14) uint8: ``[c, n]`` is patch ``n``'s channel ``c``, rows of
-    14 pixels. One strided numpy copy (14-byte runs); the array comes from the buffer pool.
+    Returns (3, num_patches, 14·14) uint8 (from the buffer pool): ``[c, n]`` is patch ``n``'s
+    channel ``c``, row-major. Two passes: numpy moves whole patch rows (42-byte elements, so
+    its copy loop runs once per patch row instead of once per 14-pixel channel run: 5× faster
+    here), then OpenCV's ``split`` separates the channels.
     """
+    image = np.ascontiguousarray(image)
     height, width, _ = image.shape
     gh, gw = height // PATCH_SIZE, width // PATCH_SIZE
-    planes = POOL.empty((CHANNELS, gh * gw, _PIXELS_PER_PATCH), np.uint8)
-    planes.reshape(
-        CHANNELS, gh // MERGE_SIZE, gw // MERGE_SIZE, MERGE_SIZE, MERGE_SIZE, PATCH_SIZE, PATCH_SIZE
-    )[...] = image.reshape(
-        gh // MERGE_SIZE, MERGE_SIZE, PATCH_SIZE, gw // MERGE_SIZE, MERGE_SIZE, PATCH_SIZE, CHANNELS
-    ).transpose(6, 0, 3, 1, 4, 2, 5)
+    n = gh * gw
+    rows = POOL.empty((n * _PIXELS_PER_PATCH, CHANNELS), np.uint8)
+    src = image.reshape(height, width * CHANNELS).view(_PATCH_ROW)  # (H, W/14)
+    dst = rows.reshape(-1).view(_PATCH_ROW)
+    dst.reshape(gh // MERGE_SIZE, gw // MERGE_SIZE, MERGE_SIZE, MERGE_SIZE, PATCH_SIZE)[...] = (
+        src.reshape(
+            gh // MERGE_SIZE, MERGE_SIZE, PATCH_SIZE, gw // MERGE_SIZE, MERGE_SIZE
+        ).transpose(0, 3, 1, 4, 2)
+    )
+    planes = POOL.empty((CHANNELS, n, _PIXELS_PER_PATCH), np.uint8)
+    targets = [planes[c].reshape(-1, 1) for c in range(CHANNELS)]
+    written = cv2.split(rows.reshape(-1, 1, CHANNELS), targets)
+    if any(w is not t for w, t in zip(written, targets, strict=True)):
+        raise RuntimeError("cv2.split did not write into the given planes")  # never seen
     return planes
 
 

@@ -225,3 +225,27 @@ def test_worker_processes_write_results_into_segments_the_parent_sized() -> None
         for segment in segments:
             segment.close()
             segment.unlink()
+
+
+@pytest.mark.parametrize(("height", "width"), [(56, 56), (84, 140), (840, 1148)])
+def test_patch_planes_match_the_processors_reshape_and_transpose(height: int, width: int) -> None:
+    """The 42-byte-row gather + channel split equals transformers' patchify (one frame)."""
+    from mm_preproc.patchify import patch_planes
+
+    image = np.random.default_rng(height).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    gh, gw = height // 14, width // 14
+    expected = (
+        image.reshape(gh // 2, 2, 14, gw // 2, 2, 14, 3)
+        .transpose(0, 3, 1, 4, 6, 2, 5)
+        .reshape(gh * gw, 3, 196)
+    )
+    planes = patch_planes(image)
+    np.testing.assert_array_equal(planes.transpose(1, 0, 2), expected)
+    flipped = patch_planes(image[::-1])  # a non-contiguous view (EXIF orientation makes these)
+    np.testing.assert_array_equal(
+        flipped.transpose(1, 0, 2),
+        np.ascontiguousarray(image[::-1])
+        .reshape(gh // 2, 2, 14, gw // 2, 2, 14, 3)
+        .transpose(0, 3, 1, 4, 6, 2, 5)
+        .reshape(gh * gw, 3, 196),
+    )
