@@ -264,6 +264,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mix", action="append", choices=list(MIXES), help="only these mixes")
     p.add_argument("--budget", action="append", choices=list(BUDGETS), help="only these budgets")
     p.add_argument(
+        "--no-pool",
+        action="store_true",
+        help="disable mm_preproc's buffer pool (every output is fresh memory, as when a caller "
+        "keeps all its results alive)",
+    )
+    p.add_argument(
         "--all-backends",
         action="store_true",
         help="also time ours with backend=pillow and backend=opencv (see the JSON)",
@@ -288,6 +294,10 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     cv2.setNumThreads(1)
+    if args.no_pool:
+        from mm_preproc.buffers import set_pool_limit
+
+        set_pool_limit(0)
     tv_ok = torchvision_available()
     affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "n/a"
     env = {
@@ -302,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         "pillow_simd": mm_preproc.pillow_is_simd(),
         "opencv": cv2.__version__,
         "torchvision_backend": tv_ok,
+        "buffer_pool": not args.no_pool,
     }
     print(f"# environment: {json.dumps(env)}", flush=True)
     photos = PHOTOS[: args.photos]
