@@ -17,6 +17,7 @@ No part of this package imports server code; it needs numpy, Pillow (or pillow-s
 """
 
 from mm_preproc import constants
+from mm_preproc.buffers import set_pool_limit
 from mm_preproc.decode import SUPPORTED_FORMATS, ImageHeader, probe
 from mm_preproc.errors import (
     AspectRatioError,
@@ -60,6 +61,7 @@ __all__ = [
     "plan",
     "preprocess",
     "probe",
+    "set_pool_limit",
     "smart_resize",
     "target_size",
 ]
