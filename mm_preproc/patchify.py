@@ -73,14 +73,6 @@ def patch_planes(image: np.ndarray) -> np.ndarray:
     return planes
 
 
-def patch_order(image: np.ndarray) -> np.ndarray:
-    """Gather an H×W×3 uint8 image into patch order: (num_patches, 3, 1, 14·14) uint8."""
-    planes = patch_planes(image)
-    return np.ascontiguousarray(planes.transpose(1, 0, 2)).reshape(
-        planes.shape[1], CHANNELS, 1, _PIXELS_PER_PATCH
-    )
-
-
 def check_out(out: np.ndarray | None, height: int, width: int, fmt: OutputFormat) -> np.ndarray:
     """Return ``out`` if it fits the output of a target size and format, else a new array."""
     spec = output_spec(height, width, fmt)
