@@ -20,6 +20,8 @@ preprocessor_config.json; transformers' class default equals the first).
 
 Run: ``python benchmarks/preproc.py --out results/preproc.json`` (or ``edgeserve bench
 preproc --out …``). The script pins itself to one core (``--core``) and one thread per library.
+``--no-pool`` disables mm_preproc's buffer pool, so that every output of ours is fresh memory
+(as for a caller that keeps all its results alive).
 """
 
 from __future__ import annotations
