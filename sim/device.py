@@ -46,16 +46,25 @@ RADIO_W = 1.5  # assumed radio power while a transfer is on air (Wi-Fi/5G class)
 class LocalModel:
     """Prefill and decode-step times of the device's engine, from its stage models.
 
-    ``prefill_s(job)`` and ``step_s(batch, context_tokens)`` are the models' own compiled
-    functions, bound as attributes (no wrapper call on the hot path).
+    ``prefill_s(job)``, ``prefill_draw_s(mean_s)`` and ``step_s(batch, context_tokens)`` call the
+    models' native methods directly when compiled.
     """
 
-    __slots__ = ("prefill_draw_s", "prefill_s", "step_s")
+    __slots__ = ("prefill", "step")
 
     def __init__(self, prefill: ServiceTime, step: ServiceTime) -> None:
-        self.prefill_s: Callable[[Job], float] = prefill.mean_s
-        self.prefill_draw_s: Callable[[float], float] = prefill.draw  # spread around the mean
-        self.step_s: Callable[[int, int], float] = step.step_mean_s
+        self.prefill = prefill
+        self.step = step
+
+    def prefill_s(self, job: Job) -> float:
+        return self.prefill.mean_s(job)
+
+    def prefill_draw_s(self, mean_s: float) -> float:
+        """A prefill time spread around its mean."""
+        return self.prefill.draw(mean_s)
+
+    def step_s(self, batch: int, context_tokens: int) -> float:
+        return self.step.step_mean_s(batch, context_tokens)
 
 
 class Device:
@@ -83,13 +92,8 @@ class Device:
         self.normalize = ServiceTime(st[StageName.NORMALIZE].model, draws("normalize"))
         enc = st.get(StageName.ENCODE)
         self.encode = ServiceTime(enc.model, draws("encode")) if enc is not None else None
-        # the compiled draw functions, bound once (the CPU stages run for every local request)
-        self._decode_s = self.decode.sample
-        self._resize_s = self.resize.sample
-        self._normalize_s = self.normalize.sample
-        self._encode_s = self.encode.sample if self.encode is not None else None
-        self._pre_mean_s = mean_of_sum(*(st[s].model for s in (*CPU_STAGE_NAMES, StageName.ENCODE)
-                                         if s in st))
+        self._pre_mean = mean_of_sum(*(st[s].model for s in (*CPU_STAGE_NAMES, StageName.ENCODE)
+                                       if s in st))
         self._enc_mean_s = 0.0  # running mean of encode times (queue-wait estimate)
         # units: index, servers, dynamic power
         names = list(profile.units)
@@ -228,7 +232,7 @@ class Device:
 
     def estimate_local_s(self, job: Job) -> float:
         """Predicted latency if ``job`` ran here now (queues, clock and batch included)."""
-        work = self._pre_mean_s(job)  # image decode + resize + normalize + encode
+        work = self._pre_mean.mean_s(job)  # image decode + resize + normalize + encode
         if self.cpu_queue:
             work += len(self.cpu_queue) * self._cpu_mean_s / self.cores
         if self.enc_queue:
@@ -392,9 +396,9 @@ class Device:
         rec = job.rec
         rec.worker = self._free_cores.pop()
         s = self.scale
-        t1 = now + self._decode_s(job) * s
-        t2 = t1 + self._resize_s(job) * s
-        t3 = t2 + self._normalize_s(job) * s
+        t1 = now + self.decode.sample(job) * s
+        t2 = t1 + self.resize.sample(job) * s
+        t3 = t2 + self.normalize.sample(job) * s
         m = self._cpu_mean_s
         self._cpu_mean_s = m + 0.05 * ((t3 - now) / s - m)
         rec.preproc_start_s = now
@@ -413,7 +417,7 @@ class Device:
             self._start_cpu(cpu_queue.popleft(), False)
         else:
             self._busy_delta(self._cpu_u, -1)
-        if self._encode_s is not None:
+        if self.encode is not None:
             if self._enc_free:
                 self._start_enc(job)
             else:
@@ -423,11 +427,12 @@ class Device:
             (job.engine or self.engine).submit(job)
 
     def _start_enc(self, job: Job, newly_busy: bool = True) -> None:
-        assert self._encode_s is not None
+        enc = self.encode
+        assert enc is not None
         if newly_busy:
             self._enc_free -= 1
             self._busy_delta(self._enc_u, 1)
-        d = self._encode_s(job)
+        d = enc.sample(job)
         m = self._enc_mean_s
         self._enc_mean_s = m + 0.05 * (d - m)
         heappush(self._q, (self.loop.now + d * self.scale, 1,

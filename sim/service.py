@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Iterator
-from itertools import chain
-from typing import Any, Protocol
+from collections.abc import Iterator
+from typing import Protocol
 
 import numpy as np
 
+from sim.job import Job
 from sim.profiles import FEATURES, ServiceKind, ServiceModelConfig
 
 _BLOCK = 4096
@@ -77,25 +77,56 @@ class Draws:
         return self._unif[i]
 
 
-def _linear_src(*cfgs: ServiceModelConfig) -> str:
-    """``Σ (base_s + Σ per[f] · job.f)`` over the models, as a Python expression in ``job``."""
+def _terms(*cfgs: ServiceModelConfig) -> tuple[float, list[int], list[float]]:
+    """``Σ (base_s + Σ per[f] · job.f)`` over the models: the summed base and, in the order the
+    features first appear, each non-zero feature's index in ``FEATURES`` and summed coefficient."""
     coef: dict[str, float] = {}
     for cfg in cfgs:
         for f, c in cfg.per.items():
             if f in FEATURES[:5] and c != 0.0:
                 coef[f] = coef.get(f, 0.0) + c
-    base = sum(cfg.base_s for cfg in cfgs)
-    return f"{base!r}" + "".join(f" + {c!r} * job.{f}" for f, c in coef.items())
+    base = float(sum(cfg.base_s for cfg in cfgs))
+    return base, [FEATURES.index(f) for f in coef], list(coef.values())
 
 
-def _linear(*cfgs: ServiceModelConfig) -> Callable[[Any], float]:
-    """Compile ``Σ (base_s + Σ per[f] · job.f)`` over the models into one small function."""
-    return eval(f"lambda job: {_linear_src(*cfgs)}", {})  # a lambda of validated floats and names
+class Linear:
+    """``base + Σ coef · job.feature``, summed left to right in the order of the terms.
+
+    A native class when compiled: the mean of a stage is one direct call that reads the job's
+    fields straight from the object (no interpreted code on the hot path).
+    """
+
+    __slots__ = ("base", "coef", "idx", "n")
+
+    def __init__(self, *cfgs: ServiceModelConfig) -> None:
+        self.base, self.idx, self.coef = _terms(*cfgs)
+        self.n = len(self.idx)
+
+    def mean_s(self, job: Job) -> float:
+        m = self.base
+        idx = self.idx
+        coef = self.coef
+        for i in range(self.n):
+            k = idx[i]
+            if k == 0:
+                m += coef[i] * job.source_pixels
+            elif k == 1:
+                m += coef[i] * job.target_pixels
+            elif k == 2:
+                m += coef[i] * job.image_tokens
+            elif k == 3:
+                m += coef[i] * job.prompt_tokens
+            else:
+                m += coef[i] * job.output_tokens
+        return m
+
+    def __call__(self, job: Job) -> float:
+        return self.mean_s(job)
 
 
-def mean_of_sum(*models: ServiceModelConfig) -> Callable[[Any], float]:
-    """One function for the summed means of several stages (what a latency estimate needs)."""
-    return _linear(*models)
+def mean_of_sum(*models: ServiceModelConfig) -> Linear:
+    """The summed means of several stages (what a latency estimate needs): ``.mean_s(job)``."""
+    return Linear(*models)
 
 
 def _factor_blocks(cfg: ServiceModelConfig, draws: Draws) -> Iterator[list[float]]:
@@ -127,35 +158,55 @@ class ServiceTime:
     """A compiled :class:`~sim.config.ServiceModelConfig`.
 
     ``sample(job)`` is one draw for a request's features, ``draw(mean_s)`` one draw around a given
-    mean, ``mean_s(job)`` the mean at nominal clock; all three are compiled functions bound as
-    attributes (no wrapper call on the hot path). Draws are ``mean × factor`` with factors taken
-    in order from this model's own stream (see :func:`_factor_blocks`).
+    mean, ``mean_s(job)`` the mean at nominal clock (native methods when compiled). Draws are
+    ``mean × factor`` with factors taken in order from this model's own stream (see
+    :func:`_factor_blocks`).
     """
 
-    __slots__ = ("_batch", "_context", "base_s", "draw", "kind", "mean_s", "sample")
+    __slots__ = ("_batch", "_blocks", "_buf", "_context", "_i", "_lin", "_random", "base_s",
+                 "kind")
 
     def __init__(self, cfg: ServiceModelConfig, draws: Draws) -> None:
         self.base_s = cfg.base_s
         self.kind = cfg.kind
-        self.mean_s: Callable[[Any], float] = _linear(cfg)
-        """Mean service time at nominal clock for a request's features."""
+        self._lin = Linear(cfg)
         self._batch = cfg.per.get("batch", 0.0)
         self._context = cfg.per.get("context_tokens", 0.0)
-        src = _linear_src(cfg)
-        if cfg.kind is ServiceKind.DETERMINISTIC or (cfg.kind is ServiceKind.LOGNORMAL
-                                                     and cfg.cv <= 0):
-            self.sample: Callable[[Any], float] = self.mean_s
-            self.draw: Callable[[float], float] = _identity
-        else:
-            ns = {"_next": next, "_f": chain.from_iterable(_factor_blocks(cfg, draws))}
-            self.sample = eval(f"lambda job: ({src}) * _next(_f)", ns)
-            self.draw = eval("lambda mean_s: mean_s * _next(_f)", ns)
-        """One service time for a request's features / with the given mean, spread by the kind."""
+        self._random = not (cfg.kind is ServiceKind.DETERMINISTIC
+                            or (cfg.kind is ServiceKind.LOGNORMAL and cfg.cv <= 0))
+        self._blocks: Iterator[list[float]] | None = (
+            _factor_blocks(cfg, draws) if self._random else None)
+        self._buf: list[float] = []
+        self._i = 0
+
+    def _factor(self) -> float:
+        """The next multiplier of the mean from this model's stream."""
+        i = self._i
+        buf = self._buf
+        if i >= len(buf):
+            assert self._blocks is not None
+            buf = self._buf = next(self._blocks)
+            i = 0
+        self._i = i + 1
+        return buf[i]
+
+    def mean_s(self, job: Job) -> float:
+        """Mean service time at nominal clock for a request's features."""
+        return self._lin.mean_s(job)
+
+    def sample(self, job: Job) -> float:
+        """One service time for a request's features, spread by the kind."""
+        m = self._lin.mean_s(job)
+        if self._random:
+            return m * self._factor()
+        return m
+
+    def draw(self, mean_s: float) -> float:
+        """One service time around the given mean, spread by the kind."""
+        if self._random:
+            return mean_s * self._factor()
+        return mean_s
 
     def step_mean_s(self, batch: int, context_tokens: int) -> float:
         """Mean decode-step time for a batch (``batch`` and ``context_tokens`` features)."""
         return self.base_s + self._batch * batch + self._context * context_tokens
-
-
-def _identity(mean_s: float) -> float:
-    return mean_s

@@ -14,18 +14,15 @@ from sim.profiles import ServiceKind, ServiceModelConfig
 from sim.service import Draws, ServiceTime
 
 
-class Features:
-    source_pixels = 1_000_000
-    target_pixels = 500_000
-    image_tokens = 640
-    prompt_tokens = 700
-    output_tokens = 10
+def features() -> Job:
+    """A request with 1 MP source pixels (the only feature the test models use)."""
+    return Job(RequestRecord(id="f", arrived_s=0.0), None, 1_000_000, 500_000, 640, 700, 10)
 
 
 def draws(kind: ServiceKind, n: int = 50_000, **kw: object) -> list[float]:
     st = ServiceTime(ServiceModelConfig(kind=kind, base_s=0.002, per={"source_pixels": 8e-9}, **kw),  # type: ignore[arg-type]
                      Draws("test"))
-    return [st.sample(Features()) for _ in range(n)]
+    return [st.sample(features()) for _ in range(n)]
 
 
 def test_the_mean_is_linear_in_the_features() -> None:
