@@ -87,7 +87,9 @@ class ServeConfig:
     Image size policy: each image is resized (Qwen2-VL ``smart_resize``, 28-px factor) so that its
     area lies in ``[min_pixels, max_pixels]``; one image token covers 28×28 pixels. Admission:
     at most ``max_pending`` requests wait for a worker and at most ``max_inflight`` requests are
-    admitted in total; beyond either the server answers 429 with ``Retry-After``.
+    admitted in total; beyond either the server answers 429 with ``Retry-After``. At most
+    ``max_engine_queue`` requests (default 2 × max_num_seqs) are between preprocessing and their
+    first token; more wait in front of preprocessing (at most ``max_pending`` of them).
     """
 
     model: str = str(DEFAULT_MODEL_DIR)
@@ -99,6 +101,7 @@ class ServeConfig:
     # admission
     max_pending: int = 64
     max_inflight: int = 256
+    max_engine_queue: int | None = None  # None: 2 × engine.max_num_seqs
     retry_after_s: int = 1
     # media
     allowed_media_dir: str | None = None
@@ -136,8 +139,10 @@ class ServeConfig:
             raise ConfigError(f"workers must be >= 1, got {self.workers}")
         if not 0 < self.port < 65536:
             raise ConfigError(f"port must be in 1..65535, got {self.port}")
-        for name in ("max_pending", "max_inflight", "max_image_bytes", "max_image_pixels",
-                     "max_images_per_request", "retry_after_s"):
+        if self.max_engine_queue is None:
+            object.__setattr__(self, "max_engine_queue", 2 * self.engine.max_num_seqs)
+        for name in ("max_pending", "max_inflight", "max_engine_queue", "max_image_bytes",
+                     "max_image_pixels", "max_images_per_request", "retry_after_s"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         model_min, model_max = _model_pixel_limits(Path(self.model))

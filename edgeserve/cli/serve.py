@@ -24,7 +24,8 @@ from edgeserve.config import (
 _FIELDS = {
     "model": "model", "served_model_name": "served_model_name", "host": "host", "port": "port",
     "mode": "mode", "workers": "workers", "max_pending": "max_pending",
-    "max_inflight": "max_inflight", "retry_after": "retry_after_s",
+    "max_inflight": "max_inflight", "max_engine_queue": "max_engine_queue",
+    "retry_after": "retry_after_s",
     "allowed_media_dir": "allowed_media_dir", "allow_http_media": "allow_http_media",
     "http_timeout": "http_timeout_s", "max_image_bytes": "max_image_bytes",
     "max_image_pixels": "max_image_pixels", "max_images_per_request": "max_images_per_request",
@@ -91,6 +92,10 @@ def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
                    f"(default: {_d('max_pending')})")
     g.add_argument("--max-inflight", type=int, metavar="N",
                    help=f"admitted requests in total before 429 (default: {_d('max_inflight')})")
+    g.add_argument("--max-engine-queue", type=int, metavar="N",
+                   help="requests between preprocessing and their first token; more wait in "
+                   "front of preprocessing holding only their encoded bytes, which bounds the "
+                   "memory of a backlog (default: 2 x --max-num-seqs)")
     g.add_argument("--retry-after", type=int, metavar="S",
                    help=f"Retry-After seconds sent with 429/503 (default: {_d('retry_after_s')})")
     g.add_argument("--max-image-bytes", type=int, metavar="N",
@@ -164,11 +169,13 @@ def run(args: argparse.Namespace) -> int:
     from edgeserve.server.app import serve
 
     try:
-        asyncio.run(serve(cfg))
+        status = asyncio.run(serve(cfg))
     except OSError as e:  # e.g. the port is taken
         print(f"edgeserve serve: {e}", file=sys.stderr)
         return 1
     except Exception as e:  # the engine or the workers failed to start; vLLM logged the details
         print(f"edgeserve serve: failed to start: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
-    return 0
+    if status:
+        print("edgeserve serve: stopped because the vLLM engine died", file=sys.stderr)
+    return status

@@ -36,6 +36,7 @@ from edgeserve.preproc_pool import shm
 from edgeserve.preproc_pool.inline import InlinePreproc
 from edgeserve.preproc_pool.messages import PreprocParams
 from edgeserve.preproc_pool.pool import PreprocPool
+from edgeserve.server.admission import Admission
 from edgeserve.server.chat import handle_chat
 from edgeserve.server.context import ServerContext
 from edgeserve.server.media import MediaPolicy
@@ -118,8 +119,9 @@ async def events(request: web.Request) -> web.StreamResponse:
 
 
 # ---- running ----------------------------------------------------------------------------
-async def serve(cfg: ServeConfig, ready_message: bool = True) -> None:
-    """Run the server until SIGTERM/SIGINT; returns after a clean shutdown."""
+async def serve(cfg: ServeConfig, ready_message: bool = True) -> int:
+    """Run the server until SIGTERM/SIGINT or the engine's death; returns the exit status
+    (0 after a clean shutdown, 1 when the engine died)."""
     loop = asyncio.get_running_loop()
     stale = shm.sweep_stale()
     if stale:
@@ -151,6 +153,7 @@ async def serve(cfg: ServeConfig, ready_message: bool = True) -> None:
         media=MediaPolicy(cfg.allowed_media_dir, cfg.allow_http_media, cfg.http_timeout_s,
                           cfg.max_image_bytes),
         host=host_name(),
+        admission=Admission(int(cfg.max_engine_queue or 1), cfg.max_pending),
     )
     sampler = ResourceSampler(cfg.sample_interval_s, recorder, meter, ctx.snapshot)
     sampler.start()
@@ -158,18 +161,19 @@ async def serve(cfg: ServeConfig, ready_message: bool = True) -> None:
                            shutdown_timeout=5.0)
     await runner.setup()
     site = web.TCPSite(runner, cfg.host, cfg.port)
-    stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, ctx.stop.set)
+    watchdog = asyncio.create_task(_watch_engine(ctx))
     try:
         await site.start()
         if ready_message:
             print(f"edgeserve serve: ready on http://{cfg.host}:{cfg.port} "
                   f"(mode={cfg.mode.value}, workers={cfg.workers}, model={cfg.model_name})",
                   flush=True)
-        await stop.wait()
+        await ctx.stop.wait()
         await _drain(ctx)
     finally:
+        watchdog.cancel()
         recorder.hub.close()  # ends /v1/events streams so the listener can close
         await runner.cleanup()
         await sampler.stop()
@@ -177,12 +181,28 @@ async def serve(cfg: ServeConfig, ready_message: bool = True) -> None:
         engine.shutdown()
         recorder.close()
         shm.sweep(os.getpid())
+    return 1 if ctx.engine_died else 0
+
+
+ENGINE_CHECK_INTERVAL_S = 0.5
+
+
+async def _watch_engine(ctx: ServerContext) -> None:
+    """Shut the server down when the vLLM engine dies (its process killed, a fatal error): vLLM
+    cannot restart it in place, so serving on would answer every request with an error."""
+    while not ctx.stop.is_set():
+        if ctx.engine.errored:
+            log.error("the vLLM engine has died; shutting down (exit status 1)")
+            ctx.engine_has_died()
+            return
+        await asyncio.sleep(ENGINE_CHECK_INTERVAL_S)
 
 
 async def _drain(ctx: ServerContext) -> None:
     """Stop admitting; wait for in-flight requests up to the drain timeout; cancel the rest."""
     ctx.draining = True
-    deadline = time.monotonic() + ctx.config.drain_timeout_s
+    # nothing in flight can finish once the engine is dead: do not wait for it
+    deadline = time.monotonic() + (0.0 if ctx.engine_died else ctx.config.drain_timeout_s)
     while ctx.inflight > 0 and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     if ctx.inflight > 0 and ctx.handler_tasks:

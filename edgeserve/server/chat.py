@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -32,6 +34,7 @@ from edgeserve.server.context import ServerContext
 from edgeserve.server.media import load_image
 
 _json = msgspec.json.Encoder()
+log = logging.getLogger("edgeserve.serve")
 FACTOR = 28  # pixels per image-token side (14-px patches, 2×2 merge)
 
 
@@ -63,7 +66,9 @@ async def handle_chat(ctx: ServerContext, request: web.Request) -> web.StreamRes
         rec.outcome, rec.error = e.outcome, str(e)
         return _error_response(e)
     except asyncio.CancelledError:
-        rec.outcome, rec.error = Outcome.ABORTED, "client disconnected"
+        rec.outcome = Outcome.ABORTED
+        rec.error = ("cancelled: the server's drain timeout ran out" if ctx.draining
+                     else "client disconnected")
         raise
     finally:
         rec.finished_s = time.monotonic()
@@ -84,14 +89,18 @@ async def _serve(ctx: ServerContext, request: web.Request, rec: RequestRecord) -
         raise HTTPFailure(404, f"model {req.model!r} is not served here; this server serves "
                                f"{cfg.model_name!r}", Outcome.REJECTED)
     urls = proto.image_urls(req)
-    if ctx.inflight >= cfg.max_inflight or (urls and not ctx.preproc.has_room()):
+    if (ctx.inflight >= cfg.max_inflight or ctx.admission.full()
+            or (urls and not ctx.preproc.has_room())):
         raise HTTPFailure(429, "server is at capacity; retry later", Outcome.REJECTED,
                           cfg.retry_after_s)
     rec.max_tokens = req.output_limit or 0
     ctx.inflight += 1
+    if urls:  # waiting for an engine slot counts as waiting for preprocessing
+        rec.preproc_queued_s = time.monotonic()
     try:
-        images = await _preprocess(ctx, urls, rec) if urls else []
-        return await _generate(ctx, request, req, rec, images)
+        async with ctx.admission.slot() as release_slot:
+            images = await _preprocess(ctx, urls, rec) if urls else []
+            return await _generate(ctx, request, req, rec, images, release_slot)
     finally:
         ctx.inflight -= 1
 
@@ -103,8 +112,10 @@ async def _preprocess(ctx: ServerContext, urls: list[str], rec: RequestRecord) -
         raise HTTPFailure(400, str(e), Outcome.REJECTED) from None
     rec.num_images = len(inputs)
     rec.image_bytes = sum(i.size_bytes for i in inputs)
-    rec.preproc_queued_s = time.monotonic()
-    ctx.meter.cpu_enter(rec.preproc_queued_s)
+    now = time.monotonic()
+    if rec.preproc_queued_s is None:
+        rec.preproc_queued_s = now
+    ctx.meter.cpu_enter(now)
     try:
         results = await asyncio.gather(*(ctx.preproc.submit(i) for i in inputs),
                                        return_exceptions=True)
@@ -136,7 +147,8 @@ async def _preprocess(ctx: ServerContext, urls: list[str], rec: RequestRecord) -
 
 
 async def _generate(ctx: ServerContext, request: web.Request, req: proto.ChatRequest,
-                    rec: RequestRecord, images: list[Preprocessed]) -> web.StreamResponse:
+                    rec: RequestRecord, images: list[Preprocessed],
+                    release_slot: Callable[[], None]) -> web.StreamResponse:
     engine = ctx.engine
     prompt = engine.build_prompt(proto.template_messages(req))
     stop = [req.stop] if isinstance(req.stop, str) else req.stop
@@ -152,17 +164,30 @@ async def _generate(ctx: ServerContext, request: web.Request, req: proto.ChatReq
                           [i.result.content_hash for i in images], params)
     del images  # the arrays now belong to vLLM's input processing
     try:
-        first = await _first_output(gen)
+        first = await _first_output(ctx, gen)
     except asyncio.CancelledError:
         await engine.abort(rec.id)
         raise
+    release_slot()  # prefilled: its pixels are gone from the engine's queue
     rec.prompt_tokens = len(first.prompt_token_ids or [])
     if req.stream:
         return await _stream(ctx, request, req, rec, gen, first)
     return await _complete(ctx, req, rec, gen, first)
 
 
-async def _first_output(gen: Any) -> Any:
+def _engine_failure(ctx: ServerContext, e: Exception) -> HTTPFailure:
+    """An exception out of the engine: 503 and a server shutdown when the engine itself died
+    (vLLM cannot recover from that; a supervisor should restart the server), else a 500."""
+    if ctx.engine.errored:
+        if not ctx.engine_died:
+            log.error("the vLLM engine has died; shutting down (exit status 1)")
+        ctx.engine_has_died()
+        return HTTPFailure(503, "the inference engine has died; this server is shutting down",
+                           Outcome.FAILED, ctx.config.retry_after_s)
+    return HTTPFailure(500, f"engine error: {type(e).__name__}: {e}", Outcome.FAILED)
+
+
+async def _first_output(ctx: ServerContext, gen: Any) -> Any:
     from vllm.exceptions import VLLMValidationError
 
     try:
@@ -173,8 +198,8 @@ async def _first_output(gen: Any) -> Any:
         raise HTTPFailure(500, "the engine returned no output", Outcome.FAILED) from None
     except asyncio.CancelledError:
         raise
-    except Exception as e:  # engine failures become a 500 with the reason
-        raise HTTPFailure(500, f"engine error: {type(e).__name__}: {e}", Outcome.FAILED) from None
+    except Exception as e:  # engine failures become a 500 (503 if the engine died) with the reason
+        raise _engine_failure(ctx, e) from None
 
 
 def _note_tokens(rec: RequestRecord, out: Any, now: float) -> tuple[str, str | None]:
@@ -206,7 +231,7 @@ async def _complete(ctx: ServerContext, req: proto.ChatRequest, rec: RequestReco
     except StopAsyncIteration:
         pass
     except Exception as e:
-        raise HTTPFailure(500, f"engine error: {type(e).__name__}: {e}", Outcome.FAILED) from None
+        raise _engine_failure(ctx, e) from None
     body = proto.completion(rec.id, ctx.config.model_name, "".join(parts), finish,
                             rec.prompt_tokens, rec.output_tokens)
     return web.Response(body=_json.encode(body), content_type="application/json")
@@ -248,8 +273,9 @@ async def _stream(ctx: ServerContext, request: web.Request, req: proto.ChatReque
         rec.outcome, rec.error = Outcome.ABORTED, "client disconnected"
         return resp
     except Exception as e:  # the status is already sent: report in-stream
-        rec.outcome, rec.error = Outcome.FAILED, f"engine error: {type(e).__name__}: {e}"
-        err = proto.error_body(rec.error, "InternalServerError", 500)
+        failure = _engine_failure(ctx, e)
+        rec.outcome, rec.error = Outcome.FAILED, str(failure)
+        err = proto.error_body(rec.error, "InternalServerError", failure.status)
         with contextlib.suppress(ConnectionResetError):
             await resp.write(b"data: " + _json.encode(err) + b"\n\n")
     return resp

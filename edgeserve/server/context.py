@@ -11,6 +11,7 @@ from edgeserve.config import ServeConfig
 from edgeserve.engine import Engine
 from edgeserve.preproc_pool.inline import InlinePreproc
 from edgeserve.preproc_pool.pool import PreprocPool
+from edgeserve.server.admission import Admission
 from edgeserve.server.media import MediaPolicy
 from edgeserve.stalls import StallMeter
 from edgeserve.tracing import Recorder
@@ -25,12 +26,20 @@ class ServerContext:
     recorder: Recorder
     media: MediaPolicy
     host: str
+    admission: Admission
     inflight: int = 0
     draining: bool = False
+    stop: asyncio.Event = field(default_factory=asyncio.Event)  # set: drain and shut down
+    engine_died: bool = False  # the shutdown was caused by the engine's death (exit status 1)
     handler_tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     started_s: float = field(default_factory=time.monotonic)
     _last_busy: list[float] = field(default_factory=list)
     _last_busy_t: float = field(default_factory=time.monotonic)
+
+    def engine_has_died(self) -> None:
+        """Stop the server without a drain; it exits with status 1 (see ``app.serve``)."""
+        self.engine_died = True
+        self.stop.set()
 
     def snapshot(self) -> dict[str, Any]:
         """Queue depths and worker state for the resource sampler."""
@@ -50,7 +59,7 @@ class ServerContext:
                      for a, b in zip(self._last_busy, busy_now, strict=True)]
         self._last_busy, self._last_busy_t = busy_now, now
         return {
-            "preproc_queue": p.queued,
+            "preproc_queue": p.queued + self.admission.waiting,  # waiting for a slot, too
             "preproc_running": p.running,
             "engine_waiting": self.engine.state.waiting,
             "engine_running": self.engine.state.running,
