@@ -43,9 +43,12 @@ class BatchEngine:
 
     __slots__ = (
         "_eid",
+        "_prefilled_cb",
+        "_push",
         "_q",
         "_seq",
         "_version",
+        "_wake_cb",
         "busy",
         "clock_scale",
         "finishes",
@@ -97,6 +100,11 @@ class BatchEngine:
         self.tpot_s = 0.0  # recent time per output token, pauses for others' prefills included
         self._seq = 0
         self._version = 0
+        # the event callbacks, bound once (binding at every push allocates a method object)
+        self._prefilled_cb: Callable[[Any], None] = self._on_prefilled
+        self._wake_cb: Callable[[Any], None] = self._on_wake
+        # heappush as an attribute: compiled code looks an imported name up in a dict per use
+        self._push: Callable[[list[Any], Any], None] = heappush
 
     # ---- state for policies and the UI -------------------------------------------------
     @property
@@ -178,9 +186,9 @@ class BatchEngine:
                     self.busy = True
                     if self.on_busy is not None:
                         self.on_busy(1)
-                heappush(self._q, (now + self.model.prefill_draw_s(pf) * self.clock_scale, 1,
+                self._push(self._q, (now + self.model.prefill_draw_s(pf) * self.clock_scale, 1,
                                    next(self._eid),
-                                   self._on_prefilled, job))  # loop.at, inlined (hot path)
+                                   self._prefilled_cb, job))  # loop.at, inlined (hot path)
                 return
         if running:
             n = len(running)
@@ -189,8 +197,8 @@ class BatchEngine:
             self.tau_s = tau = tau if tau > 1e-12 else 1e-12  # a free step still counts tokens
             self._version = version = self._version + 1
             left = running[0][0] - self.steps
-            heappush(self._q, (now + (left * tau if left > 0 else 0.0), 1, next(self._eid),
-                               self._on_wake, version))  # loop.at, inlined
+            self._push(self._q, (now + (left * tau if left > 0 else 0.0), 1, next(self._eid),
+                               self._wake_cb, version))  # loop.at, inlined
         elif self.busy:
             self.busy = False
             if self.on_busy is not None:
@@ -208,7 +216,7 @@ class BatchEngine:
         else:
             self._seq = seq = self._seq + 1
             steps = self.steps
-            heappush(self.running, (steps + out - 1, seq, steps, job))
+            self._push(self.running, (steps + out - 1, seq, steps, job))
             self.sum_prompt += job.prompt_tokens
             self.sum_join += steps
         self._schedule(now)

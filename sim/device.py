@@ -38,8 +38,6 @@ from sim.profiles import CPU_STAGE_NAMES, DeviceProfile, GovernorKind, StageName
 from sim.service import Draws, ServiceTime, mean_of_sum
 from sim.thermal import PowerAllocatorGovernor, StepWiseGovernor, ThermalNode
 
-_exp = math.exp
-
 RADIO_W = 1.5  # assumed radio power while a transfer is on air (Wi-Fi/5G class)
 
 
@@ -112,6 +110,13 @@ class Device:
         self.enc_servers = self._cap[self._enc_u] if enc is not None else 0
         self._enc_free = self.enc_servers
         self.enc_queue: deque[Job] = deque()
+        # the event callbacks, bound once (binding at every push allocates a method object)
+        self._cpu_done_cb: Callable[[Any], None] = self._cpu_done
+        self._enc_done_cb: Callable[[Any], None] = self._enc_done
+        self._downlinked_cb: Callable[[Any], None] = self._downlinked
+        self._outcome_ok = Outcome.OK
+        # heappush as an attribute: compiled code looks an imported name up in a dict per use
+        self._push: Callable[[list[Any], Any], None] = heappush
         self.engine = BatchEngine(
             loop, f"{name}/llm",
             LocalModel(ServiceTime(st[StageName.PREFILL].model, draws("prefill")),
@@ -295,7 +300,7 @@ class Device:
                     self.throttled_s += dt
                 self._t_last = now
                 ss = th.ambient_c + p * th.r_c_per_w
-                th.temp_c = ss + (th.temp_c - ss) * _exp(-dt / th.tau_s)
+                th.temp_c = ss + (th.temp_c - ss) * math.exp(-dt / th.tau_s)
                 th.t_s = now
             self.power_w = p = static + dyn * ps
             if self._stepwise:  # plan a trip crossing only if the new steady state is beyond one
@@ -407,7 +412,7 @@ class Device:
         rec.normalize_end_s = t3
         if newly_busy:
             self._busy_delta(self._cpu_u, 1)
-        heappush(self._q, (t3, 1, next(self._eid), self._cpu_done, job))  # loop.at, inlined
+        self._push(self._q, (t3, 1, next(self._eid), self._cpu_done_cb, job))  # loop.at, inlined
 
     def _cpu_done(self, arg: Any) -> None:
         job: Job = arg
@@ -435,8 +440,8 @@ class Device:
         d = enc.sample(job)
         m = self._enc_mean_s
         self._enc_mean_s = m + 0.05 * (d - m)
-        heappush(self._q, (self.loop.now + d * self.scale, 1,
-                           next(self._eid), self._enc_done, job))  # loop.after, inlined
+        self._push(self._q, (self.loop.now + d * self.scale, 1,
+                           next(self._eid), self._enc_done_cb, job))  # loop.after, inlined
 
     def _enc_done(self, arg: Any) -> None:
         job: Job = arg
@@ -470,7 +475,7 @@ class Device:
     def cloud_done(self, job: Job) -> None:
         """The cloud finished ``job``; its answer comes back over the downlink."""
         rec = job.rec
-        if rec.outcome is not Outcome.OK:
+        if rec.outcome is not self._outcome_ok:
             self.on_finished(job)
             return
         link = self.link
@@ -479,7 +484,7 @@ class Device:
         t = link._send(down, job.output_tokens * self.link_cfg.response_bytes_per_token + 500,
                        self.loop.now)
         self.radio_j += (down.busy_s - busy0) * RADIO_W
-        self.loop.at(t, self._downlinked, job)
+        self.loop.at(t, self._downlinked_cb, job)
 
     def _downlinked(self, arg: Any) -> None:
         job: Job = arg

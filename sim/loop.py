@@ -35,7 +35,7 @@ class EventLoop:
     ``env.run`` would not understand the callback entries).
     """
 
-    __slots__ = ("_eid", "_q", "eid", "env", "events", "now", "queue", "stopped", "superseded")
+    __slots__ = ("_eid", "_push", "_q", "eid", "env", "events", "now", "queue", "stopped", "superseded")
 
     def __init__(self, env: simpy.Environment | None = None) -> None:
         self.env = env or simpy.Environment()
@@ -44,6 +44,8 @@ class EventLoop:
         # for hot paths that push (t, 1, next(eid), fn, arg) themselves; 1 is SimPy's NORMAL
         self.queue: list[tuple[Any, ...]] = self._q
         self.eid: Iterator[int] = self._eid
+        # heappush as an attribute: compiled code looks an imported name up in a dict per use
+        self._push: Callable[[list[Any], Any], None] = heappush
         self.events = 0  # heap entries processed by run_until (callbacks run, SimPy events)
         self.superseded = 0  # of those, callbacks that found themselves void and did nothing
         self.now: SimTime = self.env.now  # mirrors env.now (a plain attribute: read per event)
@@ -51,10 +53,10 @@ class EventLoop:
 
     def at(self, t_s: SimTime, fn: Callback, arg: Any = None) -> None:
         """Run ``fn(arg)`` at absolute time ``t_s``."""
-        heappush(self._q, (t_s, NORMAL, next(self._eid), fn, arg))
+        self._push(self._q, (t_s, NORMAL, next(self._eid), fn, arg))
 
     def after(self, delay_s: SimTime, fn: Callback, arg: Any = None) -> None:
-        heappush(self._q, (self.now + delay_s, NORMAL, next(self._eid), fn, arg))
+        self._push(self._q, (self.now + delay_s, NORMAL, next(self._eid), fn, arg))
 
     def stop(self) -> None:
         """End the run: the current event completes, no further event is processed."""
@@ -67,6 +69,7 @@ class EventLoop:
         """Process all events with time ≤ ``t_end``; afterwards ``now == t_end`` (if finite)."""
         q = self._q
         env = self.env
+        pop = heappop  # a local: compiled code looks an imported name up in a dict per use
         n = 0
         # A run allocates a few short-lived objects per event and makes no reference cycles, so
         # the cyclic collector's young-generation passes (every 700 allocations by default) are
@@ -77,7 +80,7 @@ class EventLoop:
             gc.set_threshold(_GC_GEN0, *thresholds[1:])
         try:
             while q and q[0][0] <= t_end and not self.stopped:
-                item = heappop(q)
+                item = pop(q)
                 env._now = self.now = item[0]
                 n += 1
                 if len(item) == 5:

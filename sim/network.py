@@ -14,8 +14,6 @@ import random
 
 from sim.config import LinkConfig
 
-_log = math.log
-
 
 class Direction:
     __slots__ = ("bits_per_s", "busy_s", "free_at_s")
@@ -57,7 +55,7 @@ class Link:
         d.free_at_s = t
         d.busy_s += tx
         # rng.expovariate(1.0), inlined (the same draw and value)
-        jitter = -_log(1.0 - rng.random()) * self.jitter_s if self.jitter_s > 0.0 else 0.0
+        jitter = -math.log(1.0 - rng.random()) * self.jitter_s if self.jitter_s > 0.0 else 0.0
         return t + self.half_rtt_s + jitter
 
     def send_up(self, bytes_: float, now_s: float) -> float:

@@ -137,12 +137,11 @@ def _factor_blocks(cfg: ServiceModelConfig, draws: Draws) -> Iterator[list[float
     of factors are made at once from numpy's block of variates.
     """
     gen = draws._gen
-    exp = math.exp
     if cfg.kind is ServiceKind.LOGNORMAL:
         var = math.log1p(cfg.cv * cfg.cv)
         sigma, half_var = math.sqrt(var), var / 2
         while True:
-            yield [exp(sigma * z - half_var) for z in gen.standard_normal(_BLOCK).tolist()]
+            yield [math.exp(sigma * z - half_var) for z in gen.standard_normal(_BLOCK).tolist()]
     elif cfg.kind is ServiceKind.EXPONENTIAL:
         while True:
             yield gen.standard_exponential(_BLOCK).tolist()

@@ -113,6 +113,12 @@ class Simulation:
         self._area = 0.0  # ∫ requests in system dt (Little's law)
         self._area_t = 0.0
         self._open_sources = 0
+        # bound once (binding at every push allocates a method object); enum members as
+        # attributes (a class attribute of an enum is a slow lookup from compiled code)
+        self._arrival_cb: Callable[[Any], None] = self._on_arrival
+        self._local = Placement.LOCAL
+        self._cloud = Placement.CLOUD
+        self._push: Callable[[list[Any], Any], None] = heappush  # (an imported name: a dict lookup)
         for src in self._sources:
             self._queue_next(src)
         self.loop.at(0.0, self._on_sample)
@@ -234,7 +240,7 @@ class Simulation:
         if src.next is None:
             self._open_sources += 1
         src.next = nxt
-        heappush(self.loop.queue, (nxt[0], 1, next(self.loop.eid), self._on_arrival, src))
+        heappush(self.loop.queue, (nxt[0], 1, next(self.loop.eid), self._arrival_cb, src))
 
     def _account(self, now: float) -> None:
         self._area += self.in_system * (now - self._area_t)
@@ -246,7 +252,13 @@ class Simulation:
         if nxt is None:
             self.loop.superseded += 1
             return  # the source was closed (request budget reached) after this was scheduled
-        t, w, h, b, text, out, deadline = nxt
+        # the arrival's fields stay the objects they are: unpacked into typed locals, compiled
+        # code would unbox the ints and box them again (allocating) for the record
+        a: Any = nxt
+        t: float = a[0]
+        w = a[1]
+        h = a[2]
+        out = a[5]
         dev = src.device
         self.arrived = arrived = self.arrived + 1
         n = src.n = src.n + 1
@@ -254,14 +266,19 @@ class Simulation:
         self._area += in_system * (t - self._area_t)
         self._area_t = t
         self.in_system = in_system + 1
-        geo = src.cache.get((w, h))
-        th, tw, itok = geo if geo is not None else src.geom.target(w, h)
+        geo: Any = src.cache.get((w, h))
+        if geo is None:
+            geo = src.geom.target(w, h)
+        th = geo[0]
+        tw = geo[1]
+        itok = geo[2]
+        text = a[4]
         prompt = text + itok
         rec = RequestRecord(
-            id=f"{dev.name}-{n}", device=dev.name, arrived_s=t, image_bytes=b,
+            id=f"{dev.name}-{n}", device=dev.name, arrived_s=t, image_bytes=a[3],
             num_images=1 if w else 0, source_width=w, source_height=h, target_width=tw,
             target_height=th, image_tokens=itok, prompt_tokens=prompt, output_tokens=out,
-            max_tokens=out, deadline_s=deadline)
+            max_tokens=out, deadline_s=a[6])
         job = Job(rec, dev, w * h, tw * th, itok, prompt, out)
         # the next arrival is drawn before the decision, so policies cannot shift arrivals
         if arrived >= self.max_requests:
@@ -272,7 +289,7 @@ class Simulation:
                 self._queue_next(src, nxt)
             else:  # _queue_next, inlined
                 src.next = nxt
-                heappush(self.loop.queue, (nxt[0], 1, next(self.loop.eid), self._on_arrival, src))
+                self._push(self.loop.queue, (nxt[0], 1, next(self.loop.eid), self._arrival_cb, src))
         if dev.battery_capacity_wh is not None and dev.battery_wh == 0.0:
             rec.outcome = Outcome.FAILED
             rec.error = "battery depleted"
@@ -285,7 +302,7 @@ class Simulation:
             self._downgrade(job, src.geom, d.resolution_scale, text)
         dev.decisions += 1
         placement = d.placement
-        if placement is Placement.LOCAL:
+        if placement is self._local:
             if d.model is None:
                 rec.placement = "local"
             else:
@@ -296,7 +313,7 @@ class Simulation:
                 job.engine = engine
                 rec.placement = f"local:{d.model}"
             dev.admit(job)
-        elif placement is Placement.CLOUD and dev.cloud is not None:
+        elif placement is self._cloud and dev.cloud is not None:
             rec.placement = dev.cloud.placement
             dev.offloaded += 1
             dev.offload(job)

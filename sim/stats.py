@@ -258,7 +258,7 @@ class StatsCollector:
         devices = self.devices
         slo_e2e, slo_ttft = self.slo_e2e_s, self.slo_ttft_s
         ok_, dropped_ = Outcome.OK, Outcome.DROPPED
-        log, lo, log_ratio, top = math.log, _LO_S, _LOG_RATIO, _NBUCKETS - 1
+        lo, log_ratio, top = _LO_S, _LOG_RATIO, _NBUCKETS - 1  # math.log: a compiled primitive
         for rec in recs:
             st = devices.get(rec.device)  # type: ignore[arg-type]
             if st is None:
@@ -274,7 +274,7 @@ class StatsCollector:
                 arr = rec.arrived_s
                 e2e = fin - arr
                 # Histogram.add on e2e and on the path's histogram, then ttft: inlined
-                i = int(log(e2e / lo) / log_ratio) + 1 if e2e > lo else 0
+                i = int(math.log(e2e / lo) / log_ratio) + 1 if e2e > lo else 0
                 if i > top:
                     i = top
                 for h in (st.e2e, st.e2e_cloud if cloud else st.e2e_local):
@@ -289,7 +289,7 @@ class StatsCollector:
                 h.sum += ttft
                 if ttft > h.max:
                     h.max = ttft
-                i = int(log(ttft / lo) / log_ratio) + 1 if ttft > lo else 0
+                i = int(math.log(ttft / lo) / log_ratio) + 1 if ttft > lo else 0
                 h.counts[i if i < top else top] += 1
                 if fin > st.last_finish_s:
                     st.last_finish_s = fin

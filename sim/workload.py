@@ -105,11 +105,10 @@ def arrivals(cfg: WorkloadConfig, rng: random.Random) -> Iterator[Arrival]:
     dl = cfg.deadline_s
     if cfg.kind is WorkloadKind.POISSON:
         rate = cfg.rate_hz
-        log = math.log
         bisect_right = bisect.bisect_right
         w, h, b = sizes[0]
         while True:
-            t += -log(1.0 - rand()) / rate  # rng.expovariate(rate), inlined
+            t += -math.log(1.0 - rand()) / rate  # rng.expovariate(rate), inlined
             if not single:  # features(), inlined
                 w, h, b = sizes[bisect_right(cum, rand() * total)]
             out = lo + int(rand() * span)
