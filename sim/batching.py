@@ -43,10 +43,13 @@ class BatchEngine:
 
     __slots__ = (
         "_eid",
+        "_prefill_draw_s",
+        "_prefill_s",
         "_prefilled_cb",
         "_push",
         "_q",
         "_seq",
+        "_step_s",
         "_version",
         "_wake_cb",
         "busy",
@@ -80,6 +83,11 @@ class BatchEngine:
         self._eid: Iterator[int] = loop.eid
         self.name = name
         self.model = model
+        # the model's methods, bound once: a method call on an object of unknown type costs a
+        # lookup per call in compiled code
+        self._prefill_s: Callable[[Job], float] = model.prefill_s
+        self._prefill_draw_s: Callable[[float], float] = model.prefill_draw_s
+        self._step_s: Callable[[int, int], float] = model.step_s
         self.kv_capacity_tokens = kv_capacity_tokens
         self.max_batch = max_batch
         self.on_done = on_done
@@ -120,17 +128,16 @@ class BatchEngine:
 
     def estimate_s(self, job: Job) -> float:
         """Rough time from submission to last token for ``job`` given the current state."""
-        m = self.model
         running = len(self.running)
         b = running + len(self.waiting) + 1
         ctx = self.sum_prompt + running * self.steps - self.sum_join + job.prompt_tokens
-        step = m.step_s(b if b < self.max_batch else self.max_batch, int(ctx)) * self.clock_scale
+        step = self._step_s(b if b < self.max_batch else self.max_batch, int(ctx)) * self.clock_scale
         if running and self.tpot_s > step:  # decode is being paused by others' prefills
             step = self.tpot_s  # (measured on recent requests; ignored once the batch is empty)
         queued = self.waiting_prefill_s
         if self.prefilling is not None:
             queued += 0.5 * self.prefilling.tag
-        return (queued + m.prefill_s(job)) * self.clock_scale + (job.output_tokens - 1) * step
+        return (queued + self._prefill_s(job)) * self.clock_scale + (job.output_tokens - 1) * step
 
     # ---- events -------------------------------------------------------------------------
     def submit(self, job: Job) -> None:
@@ -144,7 +151,7 @@ class BatchEngine:
                         f"the KV cache ({self.kv_capacity_tokens} tokens) of {self.name}"
             self.on_done(job)
             return
-        job.tag = pf = self.model.prefill_s(job)  # nominal prefill seconds, priced once
+        job.tag = pf = self._prefill_s(job)  # nominal prefill seconds, priced once
         waiting = self.waiting
         waiting.append(job)
         self.waiting_prefill_s += pf
@@ -186,13 +193,13 @@ class BatchEngine:
                     self.busy = True
                     if self.on_busy is not None:
                         self.on_busy(1)
-                self._push(self._q, (now + self.model.prefill_draw_s(pf) * self.clock_scale, 1,
+                self._push(self._q, (now + self._prefill_draw_s(pf) * self.clock_scale, 1,
                                    next(self._eid),
                                    self._prefilled_cb, job))  # loop.at, inlined (hot path)
                 return
         if running:
             n = len(running)
-            tau = self.model.step_s(n, int(self.sum_prompt + n * self.steps - self.sum_join)) \
+            tau = self._step_s(n, int(self.sum_prompt + n * self.steps - self.sum_join)) \
                 * self.clock_scale
             self.tau_s = tau = tau if tau > 1e-12 else 1e-12  # a free step still counts tokens
             self._version = version = self._version + 1

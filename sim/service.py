@@ -141,7 +141,8 @@ def _factor_blocks(cfg: ServiceModelConfig, draws: Draws) -> Iterator[list[float
         var = math.log1p(cfg.cv * cfg.cv)
         sigma, half_var = math.sqrt(var), var / 2
         while True:
-            yield [math.exp(sigma * z - half_var) for z in gen.standard_normal(_BLOCK).tolist()]
+            zs: list[float] = gen.standard_normal(_BLOCK).tolist()  # typed: math.exp compiles
+            yield [math.exp(sigma * z - half_var) for z in zs]
     elif cfg.kind is ServiceKind.EXPONENTIAL:
         while True:
             yield gen.standard_exponential(_BLOCK).tolist()
