@@ -35,7 +35,7 @@ class EventLoop:
     ``env.run`` would not understand the callback entries).
     """
 
-    __slots__ = ("_eid", "_push", "_q", "eid", "env", "events", "now", "queue", "stopped", "superseded")
+    __slots__ = ("_eid", "_env_dict", "_push", "_q", "eid", "env", "events", "now", "queue", "stopped", "superseded")
 
     def __init__(self, env: simpy.Environment | None = None) -> None:
         self.env = env or simpy.Environment()
@@ -46,6 +46,10 @@ class EventLoop:
         self.eid: Iterator[int] = self._eid
         # heappush as an attribute: compiled code looks an imported name up in a dict per use
         self._push: Callable[[list[Any], Any], None] = heappush
+        # SimPy's clock is the environment's instance attribute ``_now``: written straight into
+        # its __dict__ per event (a generic attribute store costs several times a dict store)
+        d = getattr(self.env, "__dict__", None)
+        self._env_dict: dict[str, Any] | None = d if isinstance(d, dict) and "_now" in d else None
         self.events = 0  # heap entries processed by run_until (callbacks run, SimPy events)
         self.superseded = 0  # of those, callbacks that found themselves void and did nothing
         self.now: SimTime = self.env.now  # mirrors env.now (a plain attribute: read per event)
@@ -70,6 +74,7 @@ class EventLoop:
         q = self._q
         env = self.env
         pop = heappop  # a local: compiled code looks an imported name up in a dict per use
+        envd = self._env_dict
         n = 0
         # A run allocates a few short-lived objects per event and makes no reference cycles, so
         # the cyclic collector's young-generation passes (every 700 allocations by default) are
@@ -81,7 +86,11 @@ class EventLoop:
         try:
             while q and q[0][0] <= t_end and not self.stopped:
                 item = pop(q)
-                env._now = self.now = item[0]
+                self.now = t = item[0]
+                if envd is not None:
+                    envd["_now"] = t
+                else:
+                    env._now = t
                 n += 1
                 if len(item) == 5:
                     item[3](item[4])
