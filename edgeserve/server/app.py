@@ -192,7 +192,6 @@ async def _watch_engine(ctx: ServerContext) -> None:
     cannot restart it in place, so serving on would answer every request with an error."""
     while not ctx.stop.is_set():
         if ctx.engine.errored:
-            log.error("the vLLM engine has died; shutting down (exit status 1)")
             ctx.engine_has_died()
             return
         await asyncio.sleep(ENGINE_CHECK_INTERVAL_S)

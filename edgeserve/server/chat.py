@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -34,7 +33,6 @@ from edgeserve.server.context import ServerContext
 from edgeserve.server.media import load_image
 
 _json = msgspec.json.Encoder()
-log = logging.getLogger("edgeserve.serve")
 FACTOR = 28  # pixels per image-token side (14-px patches, 2×2 merge)
 
 
@@ -179,8 +177,6 @@ def _engine_failure(ctx: ServerContext, e: Exception) -> HTTPFailure:
     """An exception out of the engine: 503 and a server shutdown when the engine itself died
     (vLLM cannot recover from that; a supervisor should restart the server), else a 500."""
     if ctx.engine.errored:
-        if not ctx.engine_died:
-            log.error("the vLLM engine has died; shutting down (exit status 1)")
         ctx.engine_has_died()
         return HTTPFailure(503, "the inference engine has died; this server is shutting down",
                            Outcome.FAILED, ctx.config.retry_after_s)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +16,8 @@ from edgeserve.server.admission import Admission
 from edgeserve.server.media import MediaPolicy
 from edgeserve.stalls import StallMeter
 from edgeserve.tracing import Recorder
+
+log = logging.getLogger("edgeserve.serve")
 
 
 @dataclass(slots=True)
@@ -38,6 +41,8 @@ class ServerContext:
 
     def engine_has_died(self) -> None:
         """Stop the server without a drain; it exits with status 1 (see ``app.serve``)."""
+        if not self.engine_died:
+            log.error("the vLLM engine has died; shutting down (exit status 1)")
         self.engine_died = True
         self.stop.set()
 
