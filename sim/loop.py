@@ -84,9 +84,13 @@ class EventLoop:
         if thresholds[0] < _GC_GEN0:
             gc.set_threshold(_GC_GEN0, *thresholds[1:])
         try:
-            while q and q[0][0] <= t_end and not self.stopped:
+            while q and not self.stopped:
+                head: float = q[0][0]  # unboxed: compared natively
+                if head > t_end:
+                    break
                 item = pop(q)
-                self.now = t = item[0]
+                t: Any = item[0]  # the entry's own float object, stored as is (no new box)
+                self.now = t
                 if envd is not None:
                     envd["_now"] = t
                 else:

@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from heapq import heappush
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from edgeserve.records import (
     DeviceSample,
@@ -254,11 +254,7 @@ class Simulation:
             return  # the source was closed (request budget reached) after this was scheduled
         # the arrival's fields stay the objects they are: unpacked into typed locals, compiled
         # code would unbox the ints and box them again (allocating) for the record
-        a: Any = nxt
-        t: float = a[0]
-        w = a[1]
-        h = a[2]
-        out = a[5]
+        t, w, h, b, text, out, deadline = cast("tuple[float, Any, Any, Any, Any, Any, Any]", nxt)
         dev = src.device
         self.arrived = arrived = self.arrived + 1
         n = src.n = src.n + 1
@@ -266,19 +262,14 @@ class Simulation:
         self._area += in_system * (t - self._area_t)
         self._area_t = t
         self.in_system = in_system + 1
-        geo: Any = src.cache.get((w, h))
-        if geo is None:
-            geo = src.geom.target(w, h)
-        th = geo[0]
-        tw = geo[1]
-        itok = geo[2]
-        text = a[4]
+        geo = src.cache.get((w, h))
+        th, tw, itok = cast("tuple[Any, Any, Any]", geo if geo is not None else src.geom.target(w, h))
         prompt = text + itok
         rec = RequestRecord(
-            id=f"{dev.name}-{n}", device=dev.name, arrived_s=t, image_bytes=a[3],
+            id=f"{dev.name}-{n}", device=dev.name, arrived_s=t, image_bytes=b,
             num_images=1 if w else 0, source_width=w, source_height=h, target_width=tw,
             target_height=th, image_tokens=itok, prompt_tokens=prompt, output_tokens=out,
-            max_tokens=out, deadline_s=a[6])
+            max_tokens=out, deadline_s=deadline)
         job = Job(rec, dev, w * h, tw * th, itok, prompt, out)
         # the next arrival is drawn before the decision, so policies cannot shift arrivals
         if arrived >= self.max_requests:
