@@ -40,19 +40,20 @@ def test_slots_are_granted_in_arrival_order_and_released_early_or_at_the_end() -
     assert asyncio.run(scenario()) == ["a", "b", "c", "d"]
 
 
+async def hold_slot(adm: Admission, hold: asyncio.Event) -> None:
+    """A request that keeps its slot until ``hold`` is set."""
+    async with adm.slot():
+        await hold.wait()
+
+
 def test_full_only_when_every_slot_is_held_and_the_line_is_at_its_bound() -> None:
     async def scenario() -> None:
         adm = Admission(slots=1, max_waiting=1)
         hold = asyncio.Event()
-
-        async def request() -> None:
-            async with adm.slot():
-                await hold.wait()
-
-        first = asyncio.create_task(request())
+        first = asyncio.create_task(hold_slot(adm, hold))
         await asyncio.sleep(0)
         assert not adm.full()  # one holds, nobody waits
-        second = asyncio.create_task(request())
+        second = asyncio.create_task(hold_slot(adm, hold))
         await asyncio.sleep(0)
         assert adm.full()
         hold.set()
@@ -66,14 +67,9 @@ def test_a_cancelled_waiter_leaves_the_line_without_taking_a_slot() -> None:
     async def scenario() -> None:
         adm = Admission(slots=1, max_waiting=4)
         hold = asyncio.Event()
-
-        async def request() -> None:
-            async with adm.slot():
-                await hold.wait()
-
-        first = asyncio.create_task(request())
+        first = asyncio.create_task(hold_slot(adm, hold))
         await asyncio.sleep(0)
-        waiter = asyncio.create_task(request())
+        waiter = asyncio.create_task(hold_slot(adm, hold))
         await asyncio.sleep(0)
         assert adm.waiting == 1
         waiter.cancel()
