@@ -17,6 +17,11 @@ from typing import Any
 STARTUP_TIMEOUT_S = 300.0
 
 
+def my_segments(pid: int) -> list[str]:
+    """The shared-memory segments a server with this pid still has in /dev/shm."""
+    return sorted(p.name for p in Path("/dev/shm").glob(f"edgeserve_{pid}_*"))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -31,7 +31,7 @@ import openai
 import pytest
 from PIL import Image
 from qwen_vl_utils import smart_resize  # the reference rule, not our implementation
-from serve_process import ServerProcess
+from serve_process import ServerProcess, my_segments
 from skimage import data as photos
 
 from edgeserve import records
@@ -55,10 +55,6 @@ def data_url(payload: bytes, mime: str = "image/jpeg") -> str:
 def image_message(url: str, text: str = "Describe the image.") -> Any:  # openai message params
     return [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
                                          {"type": "text", "text": text}]}]
-
-
-def my_segments(pid: int) -> list[str]:
-    return sorted(p.name for p in Path("/dev/shm").glob(f"edgeserve_{pid}_*"))
 
 
 @pytest.fixture(scope="module")

@@ -25,15 +25,11 @@ import numpy as np
 import psutil
 import pytest
 from PIL import Image
-from serve_process import ServerProcess
+from serve_process import ServerProcess, my_segments
 
 from edgeserve import records
 
 pytestmark = pytest.mark.engine
-
-
-def my_segments(pid: int) -> list[str]:
-    return sorted(p.name for p in Path("/dev/shm").glob(f"edgeserve_{pid}_*"))
 
 
 def start_stream(server: ServerProcess, max_tokens: int) -> tuple[threading.Thread, dict[str, Any]]:
