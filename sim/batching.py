@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from heapq import heappop, heappush
 from typing import Any, Protocol
 
@@ -42,12 +42,10 @@ class BatchEngine:
     """One continuous-batching engine; ``on_done(job)`` is called when a request leaves it."""
 
     __slots__ = (
-        "_eid",
         "_prefill_draw_s",
         "_prefill_s",
         "_prefilled_cb",
         "_push",
-        "_q",
         "_seq",
         "_step_s",
         "_version",
@@ -79,8 +77,6 @@ class BatchEngine:
                  max_batch: int, on_done: Callable[[Job], Any],
                  on_busy: Callable[[int], Any] | None = None) -> None:
         self.loop = loop
-        self._q: list[tuple[Any, ...]] = loop.queue
-        self._eid: Iterator[int] = loop.eid
         self.name = name
         self.model = model
         # the model's methods, bound once: a method call on an object of unknown type costs a
@@ -193,9 +189,8 @@ class BatchEngine:
                     self.busy = True
                     if self.on_busy is not None:
                         self.on_busy(1)
-                self._push(self._q, (now + self._prefill_draw_s(pf) * self.clock_scale, 1,
-                                   next(self._eid),
-                                   self._prefilled_cb, job))  # loop.at, inlined (hot path)
+                self.loop.at(now + self._prefill_draw_s(pf) * self.clock_scale,
+                             self._prefilled_cb, job)
                 return
         if running:
             n = len(running)
@@ -204,8 +199,7 @@ class BatchEngine:
             self.tau_s = tau = tau if tau > 1e-12 else 1e-12  # a free step still counts tokens
             self._version = version = self._version + 1
             left = running[0][0] - self.steps
-            self._push(self._q, (now + (left * tau if left > 0 else 0.0), 1, next(self._eid),
-                               self._wake_cb, version))  # loop.at, inlined
+            self.loop.at(now + (left * tau if left > 0 else 0.0), self._wake_cb, version)
         elif self.busy:
             self.busy = False
             if self.on_busy is not None:

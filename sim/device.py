@@ -23,8 +23,7 @@ import functools
 import math
 import random
 from collections import deque
-from collections.abc import Callable, Iterator
-from heapq import heappush
+from collections.abc import Callable
 from typing import Any
 
 from edgeserve.records import DeviceSample, Outcome
@@ -72,8 +71,6 @@ class Device:
                  cloud: CloudServer | None, seed: str,
                  on_finished: Callable[[Job], Any]) -> None:
         self.loop = loop
-        self._q: list[tuple[Any, ...]] = loop.queue
-        self._eid: Iterator[int] = loop.eid
         self.name = name
         self.profile = profile
         self.cloud = cloud
@@ -115,8 +112,6 @@ class Device:
         self._enc_done_cb: Callable[[Any], None] = self._enc_done
         self._downlinked_cb: Callable[[Any], None] = self._downlinked
         self._outcome_ok = Outcome.OK
-        # heappush as an attribute: compiled code looks an imported name up in a dict per use
-        self._push: Callable[[list[Any], Any], None] = heappush
         self.engine = BatchEngine(
             loop, f"{name}/llm",
             LocalModel(ServiceTime(st[StageName.PREFILL].model, draws("prefill")),
@@ -412,7 +407,7 @@ class Device:
         rec.normalize_end_s = t3
         if newly_busy:
             self._busy_delta(self._cpu_u, 1)
-        self._push(self._q, (t3, 1, next(self._eid), self._cpu_done_cb, job))  # loop.at, inlined
+        self.loop.at(t3, self._cpu_done_cb, job)
 
     def _cpu_done(self, arg: Any) -> None:
         job: Job = arg
@@ -440,8 +435,8 @@ class Device:
         d = enc.sample(job)
         m = self._enc_mean_s
         self._enc_mean_s = m + 0.05 * (d - m)
-        self._push(self._q, (self.loop.now + d * self.scale, 1,
-                           next(self._eid), self._enc_done_cb, job))  # loop.after, inlined
+        loop = self.loop
+        loop.at(loop.now + d * self.scale, self._enc_done_cb, job)
 
     def _enc_done(self, arg: Any) -> None:
         job: Job = arg

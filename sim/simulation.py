@@ -22,7 +22,6 @@ import math
 import random
 from collections import deque
 from collections.abc import Callable, Iterator
-from heapq import heappush
 from pathlib import Path
 from typing import Any, cast
 
@@ -118,7 +117,6 @@ class Simulation:
         self._arrival_cb: Callable[[Any], None] = self._on_arrival
         self._local = Placement.LOCAL
         self._cloud = Placement.CLOUD
-        self._push: Callable[[list[Any], Any], None] = heappush  # (an imported name: a dict lookup)
         for src in self._sources:
             self._queue_next(src)
         self.loop.at(0.0, self._on_sample)
@@ -240,7 +238,7 @@ class Simulation:
         if src.next is None:
             self._open_sources += 1
         src.next = nxt
-        heappush(self.loop.queue, (nxt[0], 1, next(self.loop.eid), self._arrival_cb, src))
+        self.loop.at(nxt[0], self._arrival_cb, src)
 
     def _account(self, now: float) -> None:
         self._area += self.in_system * (now - self._area_t)
@@ -280,7 +278,7 @@ class Simulation:
                 self._queue_next(src, nxt)
             else:  # _queue_next, inlined
                 src.next = nxt
-                self._push(self.loop.queue, (nxt[0], 1, next(self.loop.eid), self._arrival_cb, src))
+                self.loop.at(nxt[0], self._arrival_cb, src)
         if dev.battery_capacity_wh is not None and dev.battery_wh == 0.0:
             rec.outcome = Outcome.FAILED
             rec.error = "battery depleted"
