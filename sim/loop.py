@@ -68,7 +68,7 @@ class EventLoop:
     Drive it with :meth:`run_until`; SimPy's ``env.run`` would not see the callbacks.
     """
 
-    __slots__ = ("_heap", "_ids", "_sq", "env", "events", "now", "stopped", "superseded")
+    __slots__ = ("_free", "_heap", "_ids", "_sq", "env", "events", "now", "stopped", "superseded")
 
     def __init__(self) -> None:
         self.now: SimTime = 0.0
@@ -77,6 +77,9 @@ class EventLoop:
         self._ids = Ids()
         self.env._eid = self._ids  # type: ignore[assignment]
         self._heap: list[Entry] = []
+        # entries that have run, for reuse: no allocation per event, and the few entries in use
+        # stay in cache (fresh ones come from memory freed long ago)
+        self._free: list[Entry] = []
         self.events = 0  # entries processed by run_until (callbacks run, SimPy events)
         self.superseded = 0  # of those, callbacks that found themselves void and did nothing
         self.stopped = False  # set by stop(): run_until returns and processes nothing more
@@ -86,7 +89,15 @@ class EventLoop:
         ids = self._ids
         seq = ids.n
         ids.n = seq + 1
-        entry = Entry(t_s, seq, fn, arg)
+        free = self._free
+        if free:
+            entry = free.pop()
+            entry.t = t_s
+            entry.seq = seq
+            entry.fn = fn
+            entry.arg = arg
+        else:
+            entry = Entry(t_s, seq, fn, arg)
         heap = self._heap
         # heapq's _siftdown: later ids never precede earlier ones at equal time, so "<" on time
         pos = len(heap)
@@ -155,6 +166,7 @@ class EventLoop:
         """Process all events with time ≤ ``t_end``; afterwards ``now == t_end`` (if finite)."""
         heap = self._heap
         sq = self._sq
+        free = self._free
         n = 0
         # A run allocates a few short-lived objects per event and makes no reference cycles, so
         # the cyclic collector's young-generation passes (every 700 allocations by default) are
@@ -179,6 +191,8 @@ class EventLoop:
                     self.now = t
                     n += 1
                     entry.fn(entry.arg)
+                    entry.arg = None  # (the entry must not keep a finished request alive)
+                    free.append(entry)
                 elif sq:
                     if not self._simpy_step(sq, t_end):
                         break

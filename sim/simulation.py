@@ -69,7 +69,7 @@ class Simulation:
 
     def __init__(self, scenario: Scenario, policy: Policy | PolicyConfig | str | None = None,
                  trace_path: str | Path | None = None, seed: int | None = None,
-                 recent_size: int = 1000) -> None:
+                 recent_size: int = 100) -> None:
         self.scenario = scenario
         self.seed = scenario.seed if seed is None else seed
         self.policy = make_policy(policy if policy is not None else scenario.policy)
