@@ -116,28 +116,6 @@ class Series:
         if len(ts) >= self.max_points:
             self._halve()
 
-    def extend(self, ts: list[float], vs: list[float]) -> None:
-        """The same as :meth:`add` on each pair, in order."""
-        t_out, v_out = self.t, self.v
-        acc, acc_n, stride, cap = self._acc, self._acc_n, self.stride, self.max_points
-        for t, v in zip(ts, vs, strict=True):
-            n = acc_n + 1
-            if n < stride:
-                acc += v
-                acc_n = n
-                continue
-            t_out.append(t)
-            v_out.append((acc + v) / n)
-            acc = 0.0
-            acc_n = 0
-            if len(t_out) >= cap:
-                self.t, self.v = t_out, v_out
-                self._acc, self._acc_n = acc, acc_n
-                self._halve()
-                t_out, v_out, stride = self.t, self.v, self.stride
-        self.t, self.v = t_out, v_out
-        self._acc, self._acc_n = acc, acc_n
-
     def _halve(self) -> None:
         """Halve the resolution (what :meth:`add` does when ``max_points`` are reached)."""
         self.t = self.t[1::2]
@@ -189,27 +167,6 @@ class Timeline:
     max_temp_c: float = -math.inf
     _decisions: int = 0
     _offloaded: int = 0
-    # samples not yet folded into the series: (t, temp, level, power, battery, share, dd, do)
-    _rows: list[tuple[float, float, int, float, float | None, float, int, int]] = field(
-        default_factory=list)
-
-    def fold(self) -> None:
-        """Fold the pending samples into the series (in batches: cheaper than one by one)."""
-        rows = self._rows
-        if not rows:
-            return
-        ts = [r[0] for r in rows]
-        self.temp_c.extend(ts, [r[1] for r in rows])
-        self.clock_level.extend(ts, [r[2] for r in rows])
-        self.power_w.extend(ts, [r[3] for r in rows])
-        bat = [(r[0], r[4]) for r in rows if r[4] is not None]
-        if bat:
-            self.battery_wh.extend([b[0] for b in bat], [b[1] for b in bat])
-        self.offload_share.extend(ts, [r[5] for r in rows])
-        self.decisions.extend(ts, [r[6] for r in rows])
-        self.offloads.extend(ts, [r[7] for r in rows])
-        rows.clear()
-
 
 class StatsCollector:
     """Receives finished records and device samples; keeps only fixed-size summaries."""
@@ -223,8 +180,6 @@ class StatsCollector:
     @property
     def timelines(self) -> dict[str, Timeline]:
         """Per-device series of the samples so far."""
-        for tl in self._timelines.values():
-            tl.fold()
         return self._timelines
 
     def on_record(self, rec: RequestRecord) -> None:
@@ -306,15 +261,21 @@ class StatsCollector:
         tl = self._timelines.get(s.device)
         if tl is None:
             tl = self._timelines[s.device] = Timeline()
+        t = s.t_s
         temp = s.temp_c
         dd = decisions - tl._decisions
         do = offloaded - tl._offloaded
-        rows = tl._rows
-        rows.append((s.t_s, temp, s.clock_level, s.power_w, s.battery_wh,
-                     do / dd if dd else 0.0, dd, do))
-        if len(rows) >= 1024:
-            tl.fold()
         tl._decisions, tl._offloaded = decisions, offloaded
+        # one compiled Series.add per value (batching the samples first cost more than it saved)
+        tl.temp_c.add(t, temp)
+        tl.clock_level.add(t, s.clock_level)
+        tl.power_w.add(t, s.power_w)
+        battery = s.battery_wh
+        if battery is not None:
+            tl.battery_wh.add(t, battery)
+        tl.offload_share.add(t, do / dd if dd else 0.0)
+        tl.decisions.add(t, dd)
+        tl.offloads.add(t, do)
         if temp > tl.max_temp_c:
             tl.max_temp_c = temp
 

@@ -11,17 +11,18 @@ from sim.stats import DeviceStats, Histogram, Series, StatsCollector
 from tests.sim.conftest import small_fleet
 
 
-def test_series_extended_in_chunks_equals_series_added_one_by_one() -> None:
+def test_a_series_keeps_at_most_max_points_by_averaging_pairs() -> None:
     rng = random.Random(7)
     points = [(i * 0.5, rng.random()) for i in range(1000)]  # 1000 points, 64 max: 4 halvings
-    one, chunked = Series(max_points=64), Series(max_points=64)
+    s = Series(max_points=64)
     for t, v in points:
-        one.add(t, v)
-    for k in range(0, len(points), 37):
-        chunk = points[k:k + 37]
-        chunked.extend([t for t, _ in chunk], [v for _, v in chunk])
-    assert one.stride == chunked.stride == 16
-    assert (one.t, one.v) == (chunked.t, chunked.v)
+        s.add(t, v)
+    assert s.stride == 16 and len(s.t) < 64
+    # every kept point is the mean of `stride` consecutive inputs, stamped at the last one's time
+    for k, (t, v) in enumerate(zip(s.t, s.v, strict=True)):
+        block = points[k * 16:(k + 1) * 16]
+        assert t == block[-1][0]
+        assert abs(v - sum(x for _, x in block) / 16) < 1e-12
 
 
 def histogram_state(h: Histogram) -> tuple[object, ...]:
@@ -35,8 +36,8 @@ def device_state(st: DeviceStats) -> tuple[object, ...]:
 
 
 def test_a_run_folds_records_and_samples_as_one_by_one_folding_would() -> None:
-    """Records go into the statistics in batches of 4096 and samples into the plot series in
-    batches of 1024; the result must equal folding each one as it comes."""
+    """Records go into the statistics in batches; the result must equal folding each one as it
+    comes. Samples go into the plot series as they come."""
     sim = Simulation(scenario_from_raw(small_fleet(duration_s=6000)))  # ≈ 8k requests
     records: list[RequestRecord] = []
     samples: list[DeviceSample] = []
