@@ -43,6 +43,7 @@ from mm_preproc.layout import OutputFormat, grid_thw
 from mm_preproc.options import Backend, PreprocOptions
 from mm_preproc.orientation import orient_array
 from mm_preproc.patchify import check_out, normalize_into, patch_planes, repeat_into
+from mm_preproc.pil_view import rgbx_view
 from mm_preproc.resize import resize_opencv, resize_pillow
 from mm_preproc.smart_resize import target_size
 from mm_preproc.timing import StageTimings, Stopwatch
@@ -113,14 +114,15 @@ def preprocess(
     frame = _Frame.load(source, options, timings)
     th, tw = frame.target
     target = check_out(out, th, tw, options.output)  # fail before decoding
-    image = frame.decode_and_resize(options, timings, watch)
+    pixels = frame.decode_and_resize(options, timings, watch)
+    image = pixels[:, :, :3]  # a view when pixels is Pillow's RGBX memory
     timings.pixels_out = th * tw
     if options.output is OutputFormat.IMAGE:
         np.copyto(target, image)
         pixel_values = image = target
         timings.patchify_s = watch.lap()
     else:
-        patches = patch_planes(image)
+        patches = patch_planes(pixels)
         timings.patchify_s = watch.lap()
         if options.output is OutputFormat.FLOAT32:
             pixel_values = normalize_into(patches, target)
@@ -208,7 +210,13 @@ class _Frame:
     def decode_and_resize(
         self, options: PreprocOptions, timings: StageTimings, watch: Stopwatch
     ) -> np.ndarray:
-        """Decode, convert, orient and resize; returns the H×W×3 uint8 RGB image."""
+        """Decode, convert, orient and resize; returns the H×W×3 uint8 RGB image.
+
+        With Pillow's resize the result is usually H×W×4 instead: a read-only view of the
+        resized image's own memory (R, G, B, padding; :func:`rgbx_view`), which saves the
+        0.4–0.6 ms copy ``np.asarray`` makes; callers use ``[:, :, :3]`` or give it to
+        :func:`patch_planes` as it is.
+        """
         th, tw = self.target
         orientation = self.header.orientation
         fast = options.fast_decode
@@ -245,7 +253,10 @@ class _Frame:
             image = resize_opencv(array, rh, rw)
         else:
             pil = pixels if isinstance(pixels, Image.Image) else Image.fromarray(pixels)
-            image = np.asarray(resize_pillow(pil, rh, rw))
+            resized = resize_pillow(pil, rh, rw)
+            # Never a view of an image the caller passed in (no resize needed: same object).
+            view = rgbx_view(resized) if self.data is not None or resized is not self.pil else None
+            image = np.asarray(resized) if view is None else view
         timings.resize_s = watch.lap()
 
         if fast and orientation != 1:

@@ -1,0 +1,137 @@
+"""The copy-saving paths: Pillow's memory seen without a copy, normalize in chunks.
+
+Both must give exactly the pixel values of the plain path (one float32 temporary for the whole
+image, ``np.asarray`` of the resized Pillow image), for any size, source and ``out``.
+"""
+
+from __future__ import annotations
+
+import gc
+import io
+from multiprocessing import shared_memory
+
+import cv2
+import numpy as np
+import pytest
+from conftest import encode, synthetic_rgb
+from PIL import Image
+
+import mm_preproc
+from mm_preproc import patchify
+from mm_preproc.patchify import normalize_into, patch_planes
+from mm_preproc.pil_view import rgbx_view
+
+MAX_PIXELS = 1280 * 28 * 28
+
+
+def _normalize_in_one_pass(planes: np.ndarray) -> np.ndarray:
+    """The previous normalize_into: one float32 temporary for all patches, then one copy."""
+    n = planes.shape[1]
+    one_frame = np.empty(planes.shape, np.float32)
+    for c in range(3):
+        cv2.addWeighted(
+            planes[c],
+            patchify._SCALE[c],
+            planes[c],
+            0.0,
+            patchify._BIAS[c],
+            dst=one_frame[c],
+            dtype=cv2.CV_32F,
+        )
+    out = np.empty((n, 1176), np.float32)
+    np.copyto(out.reshape(n, 3, 2, 196), one_frame.transpose(1, 0, 2)[:, :, None, :])
+    return out
+
+
+# patch counts 16, 60, 148, 512 (one chunk), 516, 1024, 1176 and 4920
+@pytest.mark.parametrize(
+    ("height", "width"),
+    [(56, 56), (84, 140), (1036, 28), (448, 224), (28, 3612), (448, 448), (392, 588), (840, 1148)],
+)
+def test_chunked_normalize_is_bit_identical_to_one_pass(height: int, width: int) -> None:
+    image = np.random.default_rng(width).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    planes = patch_planes(image).copy()
+    expected = _normalize_in_one_pass(planes)
+    out = np.full_like(expected, np.nan)
+    got = normalize_into(planes, out)
+    assert got is out
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_normalize_writes_every_value_into_a_shared_memory_out() -> None:
+    image = np.random.default_rng(5).integers(0, 256, (392, 1064, 3), dtype=np.uint8)
+    planes = patch_planes(image).copy()
+    expected = _normalize_in_one_pass(planes)
+    segment = shared_memory.SharedMemory(create=True, size=expected.nbytes)
+    try:
+        out = np.ndarray(expected.shape, np.float32, buffer=segment.buf)
+        out.fill(np.nan)
+        normalize_into(planes, out)
+        np.testing.assert_array_equal(out, expected)
+        del out
+    finally:
+        segment.close()
+        segment.unlink()
+
+
+def test_rgbx_view_is_the_image_memory_read_only_and_outlives_the_image() -> None:
+    im = Image.fromarray(synthetic_rgb(1148, 840))
+    expected = np.asarray(im)
+    view = rgbx_view(im)
+    assert view is not None and view.shape == (840, 1148, 4) and view.dtype == np.uint8
+    assert not view.flags.writeable
+    np.testing.assert_array_equal(view[:, :, :3], expected)
+    del im
+    gc.collect()
+    np.testing.assert_array_equal(view[:, :, :3], expected)  # the export keeps it alive
+
+
+def test_rgbx_view_declines_what_it_cannot_show_without_a_copy() -> None:
+    assert rgbx_view(Image.new("L", (64, 64))) is None
+    assert rgbx_view(Image.new("RGBA", (64, 64))) is None
+    # more than one 16 MiB memory block: Pillow refuses the export, the caller copies
+    assert rgbx_view(Image.new("RGB", (2049, 2048))) is None
+
+
+def test_patch_planes_of_rgbx_pixels_ignore_the_padding_byte() -> None:
+    rng = np.random.default_rng(9)
+    rgbx = rng.integers(0, 256, (84, 140, 4), dtype=np.uint8)  # padding bytes are random here
+    np.testing.assert_array_equal(patch_planes(rgbx), patch_planes(rgbx[:, :, :3].copy()))
+    np.testing.assert_array_equal(patch_planes(rgbx[::-1]), patch_planes(rgbx[::-1, :, :3]))
+
+
+@pytest.mark.parametrize("fast_decode", [True, False])
+def test_the_result_image_is_the_resized_pillow_image(fast_decode: bool) -> None:
+    data = encode(Image.fromarray(synthetic_rgb(4000, 3000)), "JPEG", quality=90)
+    r = mm_preproc.preprocess(data, max_pixels=MAX_PIXELS, fast_decode=fast_decode)
+    assert r.image.shape == (r.target_height, r.target_width, 3)
+    assert not r.image.flags.writeable
+    im = Image.open(io.BytesIO(data))
+    if fast_decode:
+        im.draft("RGB", (r.decoded_width, r.decoded_height))
+    resized = im.convert("RGB").resize((r.target_width, r.target_height), Image.Resampling.BICUBIC)
+    np.testing.assert_array_equal(r.image, np.asarray(resized))
+    # and the patches are those of that image
+    u8 = mm_preproc.preprocess(
+        data, max_pixels=MAX_PIXELS, fast_decode=fast_decode, output="uint8"
+    ).pixel_values.reshape(-1, 3, 2, 196)
+    planes = patch_planes(np.asarray(resized)).swapaxes(0, 1)
+    np.testing.assert_array_equal(u8[:, :, 0], planes)
+    np.testing.assert_array_equal(u8[:, :, 1], planes)
+
+
+def test_a_pil_source_already_at_the_target_size_is_copied_not_viewed() -> None:
+    im = Image.fromarray(synthetic_rgb(280, 280))
+    r = mm_preproc.preprocess(im, max_pixels=MAX_PIXELS)
+    before = r.image.copy()
+    im.paste((0, 0, 0), (0, 0, 280, 280))
+    np.testing.assert_array_equal(r.image, before)
+
+
+def test_non_contiguous_array_sources_give_the_same_values() -> None:
+    base = synthetic_rgb(1300, 900)
+    view = base[::-1, ::2]  # non-contiguous, 650 wide
+    a = mm_preproc.preprocess(view, max_pixels=MAX_PIXELS)
+    b = mm_preproc.preprocess(np.ascontiguousarray(view), max_pixels=MAX_PIXELS)
+    np.testing.assert_array_equal(a.pixel_values, b.pixel_values)
+    np.testing.assert_array_equal(a.image, b.image)
