@@ -25,29 +25,40 @@ import math
 from collections import deque
 from collections.abc import Callable
 from heapq import heappop, heappush
-from typing import Any, Protocol
+from typing import Any
+
+from mypy_extensions import mypyc_attr
 
 from edgeserve.records import Outcome
 from sim.job import Job
 from sim.loop import EventLoop
 
 
-class StepModel(Protocol):
-    def prefill_s(self, job: Job) -> float: ...  # mean, at nominal clock
-    def prefill_draw_s(self, mean_s: float) -> float: ...  # one actual prefill time
-    def step_s(self, batch: int, context_tokens: int) -> float: ...
+@mypyc_attr(allow_interpreted_subclasses=True)
+class StepModel:
+    """An engine's time model; subclass it. Compiled (``make sim-native``), the engine calls a
+    compiled subclass's methods directly (a method table lookup, no Python-level call)."""
+
+    def prefill_s(self, job: Job) -> float:
+        """Mean prefill seconds of ``job`` at the nominal clock."""
+        raise NotImplementedError
+
+    def prefill_draw_s(self, mean_s: float) -> float:
+        """One actual prefill time around that mean."""
+        raise NotImplementedError
+
+    def step_s(self, batch: int, context_tokens: int) -> float:
+        """Seconds of one decode step of ``batch`` requests holding ``context_tokens`` of KV."""
+        raise NotImplementedError
 
 
 class BatchEngine:
     """One continuous-batching engine; ``on_done(job)`` is called when a request leaves it."""
 
     __slots__ = (
-        "_prefill_draw_s",
-        "_prefill_s",
         "_prefilled_cb",
         "_push",
         "_seq",
-        "_step_s",
         "_version",
         "_wake_cb",
         "busy",
@@ -79,11 +90,6 @@ class BatchEngine:
         self.loop = loop
         self.name = name
         self.model = model
-        # the model's methods, bound once: a method call on an object of unknown type costs a
-        # lookup per call in compiled code
-        self._prefill_s: Callable[[Job], float] = model.prefill_s
-        self._prefill_draw_s: Callable[[float], float] = model.prefill_draw_s
-        self._step_s: Callable[[int, int], float] = model.step_s
         self.kv_capacity_tokens = kv_capacity_tokens
         self.max_batch = max_batch
         self.on_done = on_done
@@ -127,13 +133,13 @@ class BatchEngine:
         running = len(self.running)
         b = running + len(self.waiting) + 1
         ctx = self.sum_prompt + running * self.steps - self.sum_join + job.prompt_tokens
-        step = self._step_s(b if b < self.max_batch else self.max_batch, int(ctx)) * self.clock_scale
+        step = self.model.step_s(b if b < self.max_batch else self.max_batch, int(ctx)) * self.clock_scale
         if running and self.tpot_s > step:  # decode is being paused by others' prefills
             step = self.tpot_s  # (measured on recent requests; ignored once the batch is empty)
         queued = self.waiting_prefill_s
         if self.prefilling is not None:
             queued += 0.5 * self.prefilling.tag
-        return (queued + self._prefill_s(job)) * self.clock_scale + (job.output_tokens - 1) * step
+        return (queued + self.model.prefill_s(job)) * self.clock_scale + (job.output_tokens - 1) * step
 
     # ---- events -------------------------------------------------------------------------
     def submit(self, job: Job) -> None:
@@ -147,7 +153,7 @@ class BatchEngine:
                         f"the KV cache ({self.kv_capacity_tokens} tokens) of {self.name}"
             self.on_done(job)
             return
-        job.tag = pf = self._prefill_s(job)  # nominal prefill seconds, priced once
+        job.tag = pf = self.model.prefill_s(job)  # nominal prefill seconds, priced once
         waiting = self.waiting
         waiting.append(job)
         self.waiting_prefill_s += pf
@@ -189,12 +195,12 @@ class BatchEngine:
                     self.busy = True
                     if self.on_busy is not None:
                         self.on_busy(1)
-                self.loop.at(now + self._prefill_draw_s(pf) * self.clock_scale,
+                self.loop.at(now + self.model.prefill_draw_s(pf) * self.clock_scale,
                              self._prefilled_cb, job)
                 return
         if running:
             n = len(running)
-            tau = self._step_s(n, int(self.sum_prompt + n * self.steps - self.sum_join)) \
+            tau = self.model.step_s(n, int(self.sum_prompt + n * self.steps - self.sum_join)) \
                 * self.clock_scale
             self.tau_s = tau = tau if tau > 1e-12 else 1e-12  # a free step still counts tokens
             self._version = version = self._version + 1

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sim.batching import BatchEngine
+from sim.batching import BatchEngine, StepModel
 from sim.job import Job
 from sim.loop import EventLoop
 from sim.profiles import CloudProfile, ModelShape
@@ -50,8 +50,8 @@ def max_concurrency(p: CloudProfile, tokens_per_request: int) -> int:
     return min(p.server.max_batch, kv_capacity_tokens(p) // tokens_per_request)
 
 
-class Roofline:
-    """Prefill and decode-step times of one replica (a :class:`~sim.batching.StepModel`)."""
+class Roofline(StepModel):
+    """Prefill and decode-step times of one replica."""
 
     __slots__ = (
         "bw_b_s",
@@ -83,8 +83,7 @@ class Roofline:
         comp = self.flops_per_token * tokens / self.flops_s
         return (mem if mem > comp else comp) + self.overhead_s
 
-    @staticmethod
-    def prefill_draw_s(mean_s: float) -> float:
+    def prefill_draw_s(self, mean_s: float) -> float:
         return mean_s  # the roofline is deterministic
 
     def prefill_s(self, job: Job) -> float:

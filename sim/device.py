@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from edgeserve.records import DeviceSample, Outcome
-from sim.batching import BatchEngine
+from sim.batching import BatchEngine, StepModel
 from sim.cloud import CloudServer
 from sim.config import LinkConfig
 from sim.job import Job
@@ -40,7 +40,7 @@ from sim.thermal import PowerAllocatorGovernor, StepWiseGovernor, ThermalNode
 RADIO_W = 1.5  # assumed radio power while a transfer is on air (Wi-Fi/5G class)
 
 
-class LocalModel:
+class LocalModel(StepModel):
     """Prefill and decode-step times of the device's engine, from its stage models.
 
     ``prefill_s(job)``, ``prefill_draw_s(mean_s)`` and ``step_s(batch, context_tokens)`` call the

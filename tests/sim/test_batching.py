@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from edgeserve.records import RequestRecord
-from sim.batching import BatchEngine
+from sim.batching import BatchEngine, StepModel
 from sim.job import Job
 from sim.loop import EventLoop
 
 
-class Model:
+class Model(StepModel):
     """Prefill 1 s per request, decode step 0.1 s whatever the batch."""
 
     def prefill_s(self, job: Job) -> float:

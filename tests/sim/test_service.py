@@ -7,7 +7,7 @@ import statistics
 import pytest
 
 from edgeserve.records import RequestRecord
-from sim.batching import BatchEngine
+from sim.batching import BatchEngine, StepModel
 from sim.job import Job
 from sim.loop import EventLoop
 from sim.profiles import ServiceKind, ServiceModelConfig
@@ -46,7 +46,7 @@ def test_same_seed_same_draws() -> None:
     assert draws(ServiceKind.LOGNORMAL, 100, cv=0.2) == draws(ServiceKind.LOGNORMAL, 100, cv=0.2)
 
 
-class StepModel:
+class Model(StepModel):
     def prefill_s(self, job: Job) -> float:
         return 0.0
 
@@ -62,7 +62,7 @@ def test_a_clock_change_reprices_the_decode_batch_from_that_moment() -> None:
     scale 2: five steps are done, five remain at 0.2 s → last token at 1.5 s."""
     loop = EventLoop()
     done: list[float] = []
-    engine = BatchEngine(loop, "e", StepModel(), 1000, 4,
+    engine = BatchEngine(loop, "e", Model(), 1000, 4,
                          lambda j: done.append(j.rec.last_token_s))  # type: ignore[arg-type]
     engine.submit(Job(RequestRecord(id="a", arrived_s=0.0), None, 0, 0, 0, 10, 11))
     loop.at(0.5, lambda _: engine.retime(2.0))
