@@ -74,7 +74,8 @@ class TraceHeader(msgspec.Struct, kw_only=True, tag="header", tag_field="type"):
     meta: dict[str, object] = msgspec.field(default_factory=dict)
 
 
-class RequestRecord(msgspec.Struct, kw_only=True, omit_defaults=True, tag="request", tag_field="type"):
+class RequestRecord(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False, tag="request",
+                    tag_field="type"):
     """One request's sizes and stage timestamps (seconds on the trace's clock).
 
     Timestamps that a request never reached stay ``None``. ``preproc_start_s`` is when a worker
@@ -194,7 +195,8 @@ class ResourceSample(msgspec.Struct, kw_only=True, omit_defaults=True, tag="samp
     stall_spans: list[tuple[float, float]] = msgspec.field(default_factory=list)
 
 
-class DeviceSample(msgspec.Struct, kw_only=True, omit_defaults=True, tag="device", tag_field="type"):
+class DeviceSample(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False, tag="device",
+                   tag_field="type"):
     """A periodic snapshot of one simulated edge device."""
 
     t_s: float
