@@ -8,6 +8,8 @@ shows images/s and the median ratio with min–max over the rounds. Contenders:
 * ``ours``            ``mm_preproc.preprocess(bytes)`` — auto backend, fast decode
 * ``ours-faithful``   the same with ``fast_decode=False`` (bit-faithful path)
 * ``ours-uint8``      the same with ``output="uint8"`` (engine normalizes on the device)
+* ``ours-numpy``      ``ours`` without the optional C kernel (``mm_preproc._fastpatch``), when
+                      it is built: the numpy/OpenCV patchify + normalize
 * ``hf-pil``          Pillow decode + transformers' ``Qwen2VLImageProcessorPil``
 * ``hf-torchvision``  Pillow decode + transformers' ``Qwen2VLImageProcessor`` (torchvision)
 * ``qwen-vl-utils``   ``fetch_image`` (decode, smart_resize, resize) + ``Qwen2VLImageProcessorPil``
@@ -21,7 +23,8 @@ preprocessor_config.json; transformers' class default equals the first).
 Run: ``python benchmarks/preproc.py --out results/preproc.json`` (or ``edgeserve bench
 preproc --out …``). The script pins itself to one core (``--core``) and one thread per library.
 ``--no-pool`` disables mm_preproc's buffer pool, so that every output of ours is fresh memory
-(as for a caller that keeps all its results alive).
+(as for a caller that keeps all its results alive). ``--no-native`` makes every contender of
+ours use the numpy/OpenCV path instead of the C kernel.
 """
 
 from __future__ import annotations
@@ -115,7 +118,7 @@ def contenders(
 
     import mm_preproc
     from mm_preproc import decode as mm_decode
-    from mm_preproc import opencv_decode
+    from mm_preproc import opencv_decode, patchify
     from mm_preproc.options import Backend
     from mm_preproc.pipeline import decoder_for
     from mm_preproc.reference import processor
@@ -156,6 +159,16 @@ def contenders(
         ),
         "decode-floor": floor,
     }
+    if patchify.native_available():
+
+        def ours_numpy(data: bytes) -> object:
+            old = patchify.set_native(False)
+            try:
+                return mm_preproc.preprocess(data, max_pixels=max_pixels)
+            finally:
+                patchify.set_native(old)
+
+        table["ours-numpy"] = ours_numpy
     if all_backends:
         table["ours-pillow"] = lambda d: mm_preproc.preprocess(
             d, max_pixels=max_pixels, backend="pillow"
@@ -272,6 +285,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "keeps all its results alive)",
     )
     p.add_argument(
+        "--no-native",
+        action="store_true",
+        help="do not use mm_preproc's optional C kernel (numpy/OpenCV patchify + normalize)",
+    )
+    p.add_argument(
         "--all-backends",
         action="store_true",
         help="also time ours with backend=pillow and backend=opencv (see the JSON)",
@@ -300,6 +318,12 @@ def main(argv: list[str] | None = None) -> int:
         from mm_preproc.buffers import set_pool_limit
 
         set_pool_limit(0)
+    if args.no_native:
+        from mm_preproc.patchify import set_native
+
+        set_native(False)
+    from mm_preproc.patchify import native_available
+
     tv_ok = torchvision_available()
     affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "n/a"
     env = {
@@ -315,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         "opencv": cv2.__version__,
         "torchvision_backend": tv_ok,
         "buffer_pool": not args.no_pool,
+        "native_kernel": native_available(),
     }
     print(f"# environment: {json.dumps(env)}", flush=True)
     photos = PHOTOS[: args.photos]
@@ -331,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
                 print("#", format_table([row]).splitlines()[-1], flush=True)
+                if "ours-numpy" in row.speedup_median:
+                    print(f"# × ours without the C kernel: {_ratio(row, 'ours-numpy')}", flush=True)
     table = format_table(rows)
     print(table)
     args.out.parent.mkdir(parents=True, exist_ok=True)

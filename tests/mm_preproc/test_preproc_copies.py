@@ -13,7 +13,7 @@ from multiprocessing import shared_memory
 import cv2
 import numpy as np
 import pytest
-from conftest import encode, synthetic_rgb
+from conftest import encode, synthetic_rgb, with_orientation
 from PIL import Image
 
 import mm_preproc
@@ -135,3 +135,82 @@ def test_non_contiguous_array_sources_give_the_same_values() -> None:
     b = mm_preproc.preprocess(np.ascontiguousarray(view), max_pixels=MAX_PIXELS)
     np.testing.assert_array_equal(a.pixel_values, b.pixel_values)
     np.testing.assert_array_equal(a.image, b.image)
+
+
+# --- the optional C kernel (mm_preproc._fastpatch, built by setup.py) -------------------------
+
+needs_native = pytest.mark.skipif(
+    not patchify.native_available(), reason="mm_preproc._fastpatch is not built on this machine"
+)
+
+
+@needs_native
+@pytest.mark.parametrize("depth", [3, 4])
+@pytest.mark.parametrize(("height", "width"), [(56, 56), (84, 140), (1036, 28), (840, 1148)])
+def test_the_native_kernel_gives_the_numpy_path_s_values(
+    depth: int, height: int, width: int
+) -> None:
+    image = np.random.default_rng(height + depth).integers(
+        0, 256, (height, width, depth), dtype=np.uint8
+    )
+    expected = _normalize_in_one_pass(patch_planes(image).copy())
+    out = np.full_like(expected, np.nan)
+    assert patchify.normalize_image_into(image, out) is out
+    np.testing.assert_array_equal(out, expected)
+    # an output that is only 4-byte aligned takes ordinary stores
+    raw = np.empty(expected.nbytes + 4, np.uint8)
+    shifted = raw[4:].view(np.float32).reshape(expected.shape)
+    assert shifted.ctypes.data % 16 != 0
+    shifted.fill(np.nan)
+    patchify.normalize_image_into(image, shifted)
+    np.testing.assert_array_equal(shifted, expected)
+    # a non-contiguous image is copied first
+    flipped = np.full_like(expected, np.nan)
+    patchify.normalize_image_into(image[::-1], flipped)
+    np.testing.assert_array_equal(flipped, _normalize_in_one_pass(patch_planes(image[::-1]).copy()))
+
+
+@needs_native
+def test_the_native_kernel_refuses_what_does_not_fit() -> None:
+    image = np.zeros((56, 56, 3), np.uint8)
+    with pytest.raises(ValueError, match="out must be"):
+        patchify.normalize_image_into(image, np.empty((16, 1175), np.float32))
+    out = np.empty((16, 1176), np.float32)
+    with pytest.raises(ValueError, match="multiples of 28"):
+        patchify.normalize_image_into(np.zeros((42, 56, 3), np.uint8), out)
+    with pytest.raises(ValueError, match="multiples of 28"):
+        patchify.normalize_image_into(np.zeros((56, 56, 2), np.uint8), out)
+
+
+@needs_native
+@pytest.mark.parametrize(
+    "case", ["jpeg-fast", "jpeg-faithful", "png", "orientation-6", "array", "shared-memory-out"]
+)
+def test_preprocess_gives_the_same_pixel_values_with_and_without_the_kernel(case: str) -> None:
+    rgb = synthetic_rgb(1700, 1100)
+    source: object = encode(Image.fromarray(rgb), "PNG" if case == "png" else "JPEG", quality=90)
+    kwargs: dict[str, object] = {"max_pixels": MAX_PIXELS, "fast_decode": case != "jpeg-faithful"}
+    if case == "orientation-6":
+        source = with_orientation(Image.fromarray(rgb), 6)
+    if case == "array":
+        source = rgb[::-1]  # non-contiguous
+    native = mm_preproc.preprocess(source, **kwargs).pixel_values.copy()  # type: ignore[arg-type]
+    assert native.dtype == np.float32
+    old = patchify.set_native(False)
+    try:
+        plain = mm_preproc.preprocess(source, **kwargs).pixel_values  # type: ignore[arg-type]
+    finally:
+        patchify.set_native(old)
+    np.testing.assert_array_equal(native, plain)
+    if case == "shared-memory-out":
+        segment = shared_memory.SharedMemory(create=True, size=native.nbytes)
+        try:
+            out = np.ndarray(native.shape, np.float32, buffer=segment.buf)
+            out.fill(np.nan)
+            r = mm_preproc.preprocess(source, out=out, **kwargs)  # type: ignore[arg-type]
+            assert np.shares_memory(r.pixel_values, out)
+            np.testing.assert_array_equal(out, native)
+            del r, out
+        finally:
+            segment.close()
+            segment.unlink()
