@@ -12,10 +12,13 @@
  * read; numpy and OpenCV have no way to issue them, and their two passes (per-channel
  * conversion into a temporary, then a copy into both time slots) cost about twice as much.
  *
- * Work per block row of 2x2 merged patches (28 image rows): convert the 28 rows to three float
- * planes (a few hundred KB, stays in L2), then stream each patch's rows from the planes into
- * both time slots, two patch rows (28 floats = 7 aligned 16-byte vectors) at a time. An output
- * that is not 16-byte aligned gets ordinary stores. On x86 the kernel is compiled for AVX2+FMA
+ * Two pass-free variants. RGBX input and a 16-byte aligned output (the pipeline's case:
+ * run_rgbx): per patch, channel and pair of patch rows, byte-shuffle the channel out of 4
+ * pixels at a time, convert, one FMA, and stream the 28 floats (7 aligned 16-byte vectors: a
+ * 196-float slot is 16-byte aligned when the output is) into both time slots. Otherwise (RGB
+ * input, or an output only 4-byte aligned, which gets ordinary stores): per block row of 2x2
+ * merged patches (28 image rows), convert the rows to three float planes (a few hundred KB, in
+ * L2), then copy each patch's rows from the planes into both time slots. On x86 the kernel is compiled for AVX2+FMA
  * and used only where the CPU has both (usable()); elsewhere mm_preproc keeps the numpy path.
  * The GIL is released while it runs.
  */
@@ -23,7 +26,7 @@
 #include <Python.h>
 #if defined(__x86_64__) || defined(__i386__)
 #define FASTPATCH_X86 1
-#include <emmintrin.h>
+#include <immintrin.h>
 #else
 #define FASTPATCH_X86 0
 #endif
@@ -130,6 +133,57 @@ static KERNEL void run(const uint8_t *img, Py_ssize_t height, Py_ssize_t width, 
 #endif
 }
 
+#if FASTPATCH_X86
+/* The common case (Pillow's RGBX memory, 16-byte aligned output), without the float planes:
+ * for each patch, channel and pair of patch rows, seven 16-byte loads of 4 pixels each, a
+ * byte shuffle that puts channel c of each pixel in a 32-bit lane, int -> float, one FMA, and
+ * seven streaming stores into each time slot. */
+static KERNEL void run_rgbx(const uint8_t *img, Py_ssize_t height, Py_ssize_t width, float *out,
+                            const float *scale, const float *bias) {
+    const Py_ssize_t gh = height / PS, gw = width / PS, stride = 4 * width;
+    __m128i pick[3];
+    __m128 vs[3], vb[3];
+    for (int c = 0; c < 3; c++) {
+        pick[c] = _mm_setr_epi8(c, -1, -1, -1, c + 4, -1, -1, -1, c + 8, -1, -1, -1, c + 12, -1,
+                                -1, -1);
+        vs[c] = _mm_set1_ps(scale[c]);
+        vb[c] = _mm_set1_ps(bias[c]);
+    }
+    Py_ssize_t n = 0;
+    for (Py_ssize_t br = 0; br < gh / 2; br++)
+        for (Py_ssize_t bc = 0; bc < gw / 2; bc++)
+            for (int i = 0; i < 2; i++)
+                for (int j = 0; j < 2; j++, n++) {
+                    const uint8_t *p = img + (br * 2 + i) * PS * stride + (bc * 2 + j) * PS * 4;
+                    float *o = out + n * ROW;
+                    for (int c = 0; c < 3; c++) {
+                        float *d0 = o + c * 2 * PP, *d1 = d0 + PP;
+                        for (int r = 0; r < PS; r += 2) {
+                            const uint8_t *a = p + r * stride, *b = a + stride;
+                            /* pixels a0-3, a4-7, a8-11, a12-13 b0-1, b2-5, b6-9, b10-13 */
+                            const __m128i q[7] = {
+                                _mm_loadu_si128((const __m128i *)a),
+                                _mm_loadu_si128((const __m128i *)(a + 16)),
+                                _mm_loadu_si128((const __m128i *)(a + 32)),
+                                _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(a + 48)),
+                                                   _mm_loadl_epi64((const __m128i *)b)),
+                                _mm_loadu_si128((const __m128i *)(b + 8)),
+                                _mm_loadu_si128((const __m128i *)(b + 24)),
+                                _mm_loadu_si128((const __m128i *)(b + 40)),
+                            };
+                            for (int k = 0; k < 7; k++) {
+                                const __m128 u = _mm_cvtepi32_ps(_mm_shuffle_epi8(q[k], pick[c]));
+                                const __m128 v = _mm_fmadd_ps(u, vs[c], vb[c]);
+                                _mm_stream_ps(d0 + r * PS + 4 * k, v);
+                                _mm_stream_ps(d1 + r * PS + 4 * k, v);
+                            }
+                        }
+                    }
+                }
+    _mm_sfence();
+}
+#endif
+
 /* normalize_patches(image, out, height, width, depth, scale, bias) */
 static PyObject *normalize_patches(PyObject *self, PyObject *args) {
     Py_buffer image, out;
@@ -151,6 +205,16 @@ static PyObject *normalize_patches(PyObject *self, PyObject *args) {
     } else if (out.len != n * ROW * (Py_ssize_t)sizeof(float) || ((uintptr_t)out.buf & 3)) {
         PyErr_SetString(PyExc_ValueError, "out must be a 4-byte aligned float32 buffer of N*1176");
     } else {
+#if FASTPATCH_X86
+        if (depth == 4 && ((uintptr_t)out.buf & 15) == 0) {
+            Py_BEGIN_ALLOW_THREADS
+            run_rgbx((const uint8_t *)image.buf, height, width, (float *)out.buf, scale, bias);
+            Py_END_ALLOW_THREADS
+            PyBuffer_Release(&image);
+            PyBuffer_Release(&out);
+            return Py_NewRef(Py_None);
+        }
+#endif
         float *planes = PyMem_RawMalloc(sizeof(float) * 3 * 2 * PS * width);
         if (planes == NULL) {
             PyErr_NoMemory();
