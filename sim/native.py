@@ -43,6 +43,7 @@ HOT = (
     "stats",
     "workload",
     "simulation",
+    "policies",
 )
 ENV_PURE = "EDGESERVE_SIM_PURE"
 PKG = Path(__file__).resolve().parent  # .../sim

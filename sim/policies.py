@@ -24,6 +24,8 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from mypy_extensions import mypyc_attr
+
 from sim.config import PolicyConfig
 from sim.schema import ConfigError, build, require
 
@@ -46,10 +48,25 @@ class Decision:
     model: str | None = None  # local only: run on this smaller model (profile llm_variants)
 
 
+# what the built-in policies answer (module constants, not class attributes: see the end)
+_ALWAYS_LOCAL = Decision(Placement.LOCAL, "always local")
+_ALWAYS_CLOUD = Decision(Placement.CLOUD, "always cloud")
+_NO_CLOUD = Decision(Placement.LOCAL, "no cloud server")
+_QUEUE_BELOW = Decision(Placement.LOCAL, "queue below threshold")
+_QUEUE_AT = Decision(Placement.CLOUD, "queue at threshold")
+_LOCAL_FASTER = Decision(Placement.LOCAL, "local predicted faster")
+_CLOUD_FASTER = Decision(Placement.CLOUD, "cloud predicted faster")
+_COOL = Decision(Placement.LOCAL, "temperature below limit")
+_BATTERY_OK = Decision(Placement.LOCAL, "battery ok")
+_BATTERY_LOW_OFFLOAD = Decision(Placement.CLOUD, "battery low: offload")
+_FULL_RESOLUTION = Decision(Placement.LOCAL, "full resolution")
+_FULL_MODEL = Decision(Placement.LOCAL, "full model")
+_DEADLINE_MISSED = Decision(Placement.DROP, "deadline would be missed")
 LOCAL = Decision(Placement.LOCAL, "local")
 CLOUD = Decision(Placement.CLOUD, "cloud")
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled by make sim-native; still subclassable
 class Policy:
     """Base class; subclasses are dataclasses whose fields are the policy's parameters."""
 
@@ -79,66 +96,51 @@ def make_policy(cfg: PolicyConfig | str | Policy) -> Policy:
     return build(cls, cfg.params, "policy.params")
 
 
-@register
 @dataclass(slots=True)
 class AlwaysLocal(Policy):
     """Everything runs on the device."""
 
-    name: ClassVar[str] = "always_local"
-    _d: ClassVar[Decision] = Decision(Placement.LOCAL, "always local")
 
     def decide(self, job: Job, device: Device) -> Decision:
-        return self._d
+        return _ALWAYS_LOCAL
 
 
-@register
 @dataclass(slots=True)
 class AlwaysCloud(Policy):
     """Everything goes to the cloud (local when the device has no cloud server)."""
 
-    name: ClassVar[str] = "always_cloud"
-    _d: ClassVar[Decision] = Decision(Placement.CLOUD, "always cloud")
-    _none: ClassVar[Decision] = Decision(Placement.LOCAL, "no cloud server")
 
     def decide(self, job: Job, device: Device) -> Decision:
-        return self._d if device.cloud is not None else self._none
+        return _ALWAYS_CLOUD if device.cloud is not None else _NO_CLOUD
 
 
-@register
 @dataclass(slots=True)
 class QueueThreshold(Policy):
     """Local until ``max_queue`` requests wait on the device, then offload."""
 
-    name: ClassVar[str] = "queue_threshold"
     max_queue: int = 4
-    _below: ClassVar[Decision] = Decision(Placement.LOCAL, "queue below threshold")
-    _above: ClassVar[Decision] = Decision(Placement.CLOUD, "queue at threshold")
 
     def __post_init__(self) -> None:
         require(self.max_queue >= 0, "max_queue", "must be >= 0")
 
     def decide(self, job: Job, device: Device) -> Decision:
         if device.cloud is None or device.queue_len < self.max_queue:
-            return self._below
-        return self._above
+            return _QUEUE_BELOW
+        return _QUEUE_AT
 
 
-@register
 @dataclass(slots=True)
 class PredictedLatency(Policy):
     """Estimate both paths from the current state; take the faster (local wins ties by ``margin_s``)."""
 
-    name: ClassVar[str] = "predicted_latency"
     margin_s: float = 0.0
-    _local: ClassVar[Decision] = Decision(Placement.LOCAL, "local predicted faster")
-    _cloud: ClassVar[Decision] = Decision(Placement.CLOUD, "cloud predicted faster")
 
     def decide(self, job: Job, device: Device) -> Decision:
         if device.cloud is None:
-            return self._local
+            return _LOCAL_FASTER
         if device.estimate_cloud_s(job) + self.margin_s < device.estimate_local_s(job):
-            return self._cloud
-        return self._local
+            return _CLOUD_FASTER
+        return _LOCAL_FASTER
 
 
 class ThermalAction(enum.StrEnum):
@@ -146,96 +148,78 @@ class ThermalAction(enum.StrEnum):
     DOWNGRADE = "downgrade"
 
 
-@register
 @dataclass(slots=True)
 class ThermalAware(Policy):
     """Above ``above_c`` offload (or run locally at ``scale`` × the resolution) to let it cool."""
 
-    name: ClassVar[str] = "thermal_aware"
     above_c: float = 70.0
     action: ThermalAction = ThermalAction.OFFLOAD
     scale: float = 0.5
-    _cool: ClassVar[Decision] = Decision(Placement.LOCAL, "temperature below limit")
 
     def __post_init__(self) -> None:
         require(0 < self.scale <= 1, "scale", "must be in (0, 1]")
 
     def decide(self, job: Job, device: Device) -> Decision:
         if device.temp_c < self.above_c:
-            return self._cool
+            return _COOL
         if self.action is ThermalAction.OFFLOAD and device.cloud is not None:
             return Decision(Placement.CLOUD, "hot: offload")
         return Decision(Placement.LOCAL, "hot: downgrade resolution", self.scale)
 
 
-@register
 @dataclass(slots=True)
 class EnergyAware(Policy):
     """When the battery is low (below ``low_fraction``, default the profile's), offload or downgrade."""
 
-    name: ClassVar[str] = "energy_aware"
     low_fraction: float | None = None
     scale: float = 0.5
-    _ok: ClassVar[Decision] = Decision(Placement.LOCAL, "battery ok")
-    _low_cloud: ClassVar[Decision] = Decision(Placement.CLOUD, "battery low: offload")
 
     def decide(self, job: Job, device: Device) -> Decision:
         frac = device.battery_fraction
         low = self.low_fraction if self.low_fraction is not None else device.battery_low_fraction
         if frac is None or frac >= low:
-            return self._ok
+            return _BATTERY_OK
         if device.cloud is not None:
-            return self._low_cloud
+            return _BATTERY_LOW_OFFLOAD
         return Decision(Placement.LOCAL, "battery low: downgrade resolution", self.scale)
 
 
-@register
 @dataclass(slots=True)
 class Downgrade(Policy):
     """Local always; at ``queue_above`` waiting requests, images are downscaled by ``scale``."""
 
-    name: ClassVar[str] = "downgrade"
     queue_above: int = 2
     scale: float = 0.5
-    _full: ClassVar[Decision] = Decision(Placement.LOCAL, "full resolution")
 
     def __post_init__(self) -> None:
         require(0 < self.scale <= 1, "scale", "must be in (0, 1]")
 
     def decide(self, job: Job, device: Device) -> Decision:
         if device.queue_len < self.queue_above:
-            return self._full
+            return _FULL_RESOLUTION
         return Decision(Placement.LOCAL, "queue long: downgrade resolution", self.scale)
 
 
-@register
 @dataclass(slots=True)
 class ModelDowngrade(Policy):
     """Local; under load (``queue_above`` waiting) or heat (``above_c``) use the smaller ``model``."""
 
-    name: ClassVar[str] = "model_downgrade"
     model: str = "small"
     queue_above: int = 2
     above_c: float | None = None
-    _full: ClassVar[Decision] = Decision(Placement.LOCAL, "full model")
 
     def decide(self, job: Job, device: Device) -> Decision:
         if device.queue_len >= self.queue_above:
             return Decision(Placement.LOCAL, "queue long: smaller model", model=self.model)
         if self.above_c is not None and device.temp_c >= self.above_c:
             return Decision(Placement.LOCAL, "hot: smaller model", model=self.model)
-        return self._full
+        return _FULL_MODEL
 
 
-@register
 @dataclass(slots=True)
 class FrameDrop(Policy):
     """Run where predicted faster; drop a frame whose deadline neither path can meet."""
 
-    name: ClassVar[str] = "frame_drop"
-    _local: ClassVar[Decision] = Decision(Placement.LOCAL, "local predicted faster")
-    _cloud: ClassVar[Decision] = Decision(Placement.CLOUD, "cloud predicted faster")
-    _drop: ClassVar[Decision] = Decision(Placement.DROP, "deadline would be missed")
 
     def decide(self, job: Job, device: Device) -> Decision:
         local = device.estimate_local_s(job)
@@ -243,15 +227,42 @@ class FrameDrop(Policy):
         best = min(local, cloud)
         dl = job.rec.deadline_s
         if dl is not None and device.loop.now + best > dl:
-            return self._drop
-        return self._cloud if cloud < local else self._local
+            return _DEADLINE_MISSED
+        return _CLOUD_FASTER if cloud < local else _LOCAL_FASTER
+
+
+# The built-ins are compiled by make sim-native, where a dataclass must not declare a ClassVar
+# (mypyc would make it a field, mypyc/mypyc#1122), carry a decorator besides @dataclass, or keep its
+# docstring: their names and one-line summaries are set, and they are registered, here.
+_ABOUT: dict[type[Policy], str] = {}
+for _cls, _name, _about in (
+    (AlwaysLocal, "always_local", "Everything runs on the device."),
+    (AlwaysCloud, "always_cloud",
+     "Everything goes to the cloud (local when the device has no cloud server)."),
+    (QueueThreshold, "queue_threshold", "Local until ``max_queue`` requests wait on the device, then offload."),
+    (PredictedLatency, "predicted_latency",
+     "Estimate both paths from the current state; take the faster (local wins ties by ``margin_s``)."),
+    (ThermalAware, "thermal_aware",
+     "Above ``above_c`` offload (or run locally at ``scale`` × the resolution) to let it cool."),
+    (EnergyAware, "energy_aware",
+     "When the battery is low (below ``low_fraction``, default the profile's), offload or downgrade."),
+    (Downgrade, "downgrade",
+     "Local always; at ``queue_above`` waiting requests, images are downscaled by ``scale``."),
+    (ModelDowngrade, "model_downgrade",
+     "Local; under load (``queue_above`` waiting) or heat (``above_c``) use the smaller ``model``."),
+    (FrameDrop, "frame_drop",
+     "Run where predicted faster; drop a frame whose deadline neither path can meet."),
+):
+    _cls.name = _name
+    _ABOUT[_cls] = _about
+    register(_cls)
 
 
 def describe() -> list[tuple[str, str]]:
-    """(name, first docstring line) of every registered policy."""
+    """(name, one-line summary: the first docstring line) of every registered policy."""
     out = []
     for name, cls in POLICIES.items():
-        doc = (cls.__doc__ or "").strip().splitlines()
-        out.append((name, doc[0] if doc else ""))
+        doc = (getattr(cls, "__doc__", None) or "").strip().splitlines()
+        out.append((name, _ABOUT.get(cls) or (doc[0] if doc else "")))
     return out
 
