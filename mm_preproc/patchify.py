@@ -14,6 +14,11 @@ patches at a time, so that the float32 temporary (1.2 MB) stays in cache. No flo
 temporary and the output come from the buffer pool (:mod:`mm_preproc.buffers`) so that they are
 not first-touch memory. The result differs from transformers' (which rescales
 in float64, then subtracts and divides in float32) by a few float32 ulps (< 1e-6).
+
+Where the optional C extension ``mm_preproc._fastpatch`` is built (``setup.py``) and the CPU is
+an x86-64 with AVX2 and FMA, :func:`normalize_image_into` does all of it in one pass with
+non-temporal stores instead, giving the same values (``fmaf``, as ``addWeighted`` computes with
+FMA); the pipeline uses it for the float32 output (:func:`native_available`).
 """
 
 from __future__ import annotations
@@ -157,10 +162,11 @@ def normalize_image_into(image: np.ndarray, out: np.ndarray) -> np.ndarray:
     """:func:`patch_planes` + :func:`normalize_into` in one native pass (needs the extension).
 
     ``image`` is H×W×3 or H×W×4 (RGBX) uint8, H and W multiples of 28; ``out`` a C-contiguous
-    float32 array of (H/14)·(W/14)·1176 values. The kernel converts 28 image rows at a time
-    into three float32 planes (in cache), gathers each patch and writes it into both time slots
-    with non-temporal stores, so the 23 MB output of a 1280-token image is written without
-    first being read into cache (docs/mm_preproc.md: 2.0–2.4 ms → about 1 ms, in the pipeline).
+    float32 array of (H/14)·(W/14)·1176 values. For RGBX and a 16-byte aligned ``out`` the
+    kernel converts four pixels of one channel per SIMD step and streams each patch's rows into
+    both time slots with non-temporal stores, so the 23 MB output of a 1280-token image is
+    written without first being read into cache (docs/mm_preproc.md: patchify + normalize
+    about 3 ms → about 1 ms in the pipeline); other inputs go through float planes of 28 rows.
     """
     if _fastpatch is None:
         raise RuntimeError("mm_preproc._fastpatch is not built (python setup.py build_ext -i)")

@@ -225,8 +225,8 @@ class _Frame:
 
         With Pillow's resize the result is usually H×W×4 instead: a read-only view of the
         resized image's own memory (R, G, B, padding; :func:`rgbx_view`), which saves the
-        0.4–0.6 ms copy ``np.asarray`` makes; callers use ``[:, :, :3]`` or give it to
-        :func:`patch_planes` as it is.
+        0.4–0.75 ms copy ``np.asarray`` makes; callers use ``[:, :, :3]`` or give it to
+        :func:`patch_planes` / :func:`normalize_image_into` as it is.
         """
         th, tw = self.target
         orientation = self.header.orientation
