@@ -8,12 +8,12 @@ export TRANSFORMERS_OFFLINE := 1
 export VLLM_NO_USAGE_STATS := 1
 export DO_NOT_TRACK := 1
 
-.PHONY: all setup sim-native model demo test lint typecheck pytest
+.PHONY: all setup sim-native mm-native model demo test lint typecheck pytest
 all: demo
 
 setup:
 	@scripts/install.sh
-	@$(MAKE) --no-print-directory sim-native
+	@$(MAKE) --no-print-directory sim-native mm-native
 
 # The simulator's event path compiled with mypyc into build/sim-native/ (skipped when fresh; used
 # only while sim/ is unchanged since the build, see sim/native.py). A failed build is not fatal:
@@ -21,6 +21,18 @@ setup:
 sim-native:
 	@EDGESERVE_SIM_PURE=1 $(PY) -c 'import sim.native as n; n.main()' build \
 		|| echo "[sim-native] WARNING: compiling the simulator failed; it runs as pure Python"
+
+# mm_preproc's optional C kernel (patchify + normalize with streaming stores), built in place and
+# rebuilt when its source changes (the recursive make evaluates the file name once the venv exists).
+# Optional: without it mm_preproc uses its numpy path (same values).
+MM_EXT = mm_preproc/_fastpatch$(shell $(PY) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
+mm-native:
+	@$(MAKE) -s --no-print-directory "$(MM_EXT)"
+
+$(MM_EXT): mm_preproc/_fastpatch.c setup.py
+	@$(PY) setup.py -q build_ext --inplace --build-temp build/mm-native >/dev/null 2>&1 \
+		&& echo "[mm-native] built $@" \
+		|| echo "[mm-native] WARNING: the C kernel did not build; mm_preproc uses its numpy path"
 
 model: setup
 	@$(VENV)/bin/edgeserve models build-tiny

@@ -169,7 +169,7 @@ def normalize_image_into(image: np.ndarray, out: np.ndarray) -> np.ndarray:
     about 3 ms → about 1 ms in the pipeline); other inputs go through float planes of 28 rows.
     """
     if _fastpatch is None:
-        raise RuntimeError("mm_preproc._fastpatch is not built (python setup.py build_ext -i)")
+        raise RuntimeError("mm_preproc._fastpatch is not built (make mm-native)")
     image = np.ascontiguousarray(image)
     height, width, depth = image.shape
     _fastpatch.normalize_patches(image, out, height, width, depth, _SCALE, _BIAS)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import gc
 import io
+import platform
 from multiprocessing import shared_memory
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -142,6 +144,24 @@ def test_non_contiguous_array_sources_give_the_same_values() -> None:
 needs_native = pytest.mark.skipif(
     not patchify.native_available(), reason="mm_preproc._fastpatch is not built on this machine"
 )
+
+
+def _cpu_has_avx2_fma() -> bool:
+    try:
+        flags = next(
+            line for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("flags")
+        ).split()
+    except (OSError, StopIteration):
+        return False
+    return platform.machine() in ("x86_64", "AMD64") and "avx2" in flags and "fma" in flags
+
+
+@pytest.mark.skipif(not _cpu_has_avx2_fma(), reason="the C kernel is used on x86-64 with AVX2+FMA only")
+def test_the_c_kernel_is_built_and_used_where_the_cpu_supports_it() -> None:
+    """`make` builds it (mm-native); a silent build failure would quietly cost the speed target."""
+    assert patchify._fastpatch is not None, "mm_preproc._fastpatch is not built: run `make mm-native`"
+    assert patchify.native_available()
 
 
 @needs_native
