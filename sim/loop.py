@@ -19,6 +19,7 @@ from __future__ import annotations
 import gc
 import math
 from collections.abc import Callable, Iterator
+from heapq import heappop
 from typing import Any
 
 import simpy
@@ -210,7 +211,7 @@ class EventLoop:
         """Process SimPy's next event if it is due by ``t_end`` (SimPy's ``Environment.step``)."""
         if sq[0][0] > t_end:
             return False
-        item = _heappop(sq)
+        item = heappop(sq)
         self.now = item[0]
         ev: Event = item[3]
         callbacks = ev.callbacks
@@ -232,9 +233,3 @@ def _simpy_first(item: tuple[Any, ...], t: float, seq: int) -> bool:
         return prio < _NORMAL
     sid: int = item[2]
     return sid < seq
-
-
-def _heappop(q: list[tuple[Any, ...]]) -> tuple[Any, ...]:
-    from heapq import heappop
-
-    return heappop(q)
