@@ -82,6 +82,10 @@ class RequestRecord(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False, 
     took the image (decode starts); ``decode_end_s``, ``resize_end_s`` and ``normalize_end_s`` close
     the worker's CPU stages; ``encode_end_s`` closes the optional vision-encoder stage;
     ``preproc_end_s`` is when the frontend had the arrays back.
+
+    ``gc=False``: records are plain data (strings, numbers, a list of floats), so the cyclic
+    garbage collector never tracks them — cheaper to allocate and free by the million. A record
+    must therefore never hold a reference that leads back to itself.
     """
 
     id: str
