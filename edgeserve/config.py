@@ -13,7 +13,7 @@ A config file (YAML or JSON) has the same field names; the engine options sit un
     engine:
       max_model_len: 4096
       max_num_seqs: 8
-      gpu_memory_utilization: 0.1
+      kv_cache_memory_bytes: 268435456   # optional: the default sizes it from the model
 
 Flags given on the command line override the file.
 """
@@ -52,15 +52,18 @@ def default_workers() -> int:
 class EngineOptions:
     """vLLM engine options passed through to ``AsyncEngineArgs``.
 
-    ``gpu_memory_utilization`` is the memory fraction for the KV cache; on vLLM's CPU build it is a
-    fraction of host memory, and the upstream default (0.92) does not fit a small machine, so the
-    default here is 0.1. ``kv_cache_memory_bytes``, when set, fixes the KV-cache size instead
-    (robust when several servers start at once on one host). ``extra`` carries any other ``AsyncEngineArgs`` field by name.
+    KV-cache memory: with neither ``gpu_memory_utilization`` nor ``kv_cache_memory_bytes`` given,
+    vLLM's CPU build gets a KV cache sized from the model and the NUMA node
+    (:mod:`edgeserve.engine_memory`: ``max_num_seqs × max_model_len`` tokens, capped by the
+    node's free memory), and the GPU build keeps vLLM's own default fraction. Either field, when
+    set, is passed to vLLM as it is (on the CPU build the fraction is of the NUMA node's memory,
+    minus the engine worker's RSS). ``extra`` carries any other ``AsyncEngineArgs`` field by name;
+    ``mm_processor_cache_gb`` there overrides edgeserve's cap on vLLM's multimodal cache.
     """
 
     max_model_len: int = 4096
     max_num_seqs: int = 16
-    gpu_memory_utilization: float = 0.1
+    gpu_memory_utilization: float | None = None  # None: sized by edgeserve (CPU) or vLLM (GPU)
     kv_cache_memory_bytes: int | None = None  # a fixed KV-cache size instead of the fraction
     dtype: str = "auto"
     enforce_eager: bool = False
@@ -73,11 +76,12 @@ class EngineOptions:
             raise ConfigError(f"engine.max_model_len must be >= 16, got {self.max_model_len}")
         if self.max_num_seqs < 1:
             raise ConfigError(f"engine.max_num_seqs must be >= 1, got {self.max_num_seqs}")
-        if not 0.0 < self.gpu_memory_utilization <= 1.0:
-            raise ConfigError(
-                "engine.gpu_memory_utilization must be in (0, 1], "
-                f"got {self.gpu_memory_utilization}"
-            )
+        g = self.gpu_memory_utilization
+        if g is not None and not 0.0 < g <= 1.0:
+            raise ConfigError(f"engine.gpu_memory_utilization must be in (0, 1], got {g}")
+        if self.kv_cache_memory_bytes is not None and self.kv_cache_memory_bytes < 1:
+            raise ConfigError("engine.kv_cache_memory_bytes must be >= 1, "
+                              f"got {self.kv_cache_memory_bytes}")
 
 
 @dataclass(slots=True, frozen=True)
@@ -117,6 +121,8 @@ class ServeConfig:
     fast_decode: bool = True
     # observability
     trace: str | None = None
+    engine_log: str | None = None  # vLLM's output; None: a file in the temp directory
+    verbose: bool = False  # vLLM's output on the terminal instead of in engine_log
     sample_interval_s: float = 1.0
     # lifecycle
     drain_timeout_s: float = 30.0

@@ -22,8 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from edgeserve import engine_memory
 from edgeserve.config import ServeConfig
+from edgeserve.console import say
 from edgeserve.stalls import StallMeter
+from edgeserve.start_failures import ModelFolderError
 
 if TYPE_CHECKING:
     from vllm.outputs import RequestOutput
@@ -65,6 +68,32 @@ def _make_logger_factory(meter: StallMeter, state: EngineState) -> Any:
     return EngineActivityLogger
 
 
+def check_model_folder(model_dir: str) -> None:
+    """Fail before the engine starts when ``model_dir`` is not a model vLLM can serve."""
+    import json
+    from pathlib import Path
+
+    from vllm import ModelRegistry
+
+    cfg_path = Path(model_dir) / "config.json"
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except OSError:
+        raise ModelFolderError(f"{model_dir} is not a model folder: it has no config.json. "
+                               "Pass --model DIR of a Hugging Face-format checkpoint, or build "
+                               "the default with `edgeserve models build-tiny`.") from None
+    except ValueError as e:
+        raise ModelFolderError(f"{cfg_path} is not valid JSON ({e}); fix or replace the "
+                               "model folder.") from None
+    archs = cfg.get("architectures") or []
+    known = set(ModelRegistry.get_supported_archs())
+    if not archs or not any(a in known for a in archs):
+        vl = sorted(a for a in known if "VL" in a and a.startswith("Qwen"))
+        raise ModelFolderError(
+            f"vLLM does not know the architecture {archs or '(none given)'} of {cfg_path}; "
+            f"this vLLM serves Qwen-VL models as {', '.join(vl)}. Pass another --model.")
+
+
 class Engine:
     """A thin wrapper around ``AsyncLLM``: prompt building, sampling parameters, generation."""
 
@@ -83,14 +112,14 @@ class Engine:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
+        check_model_folder(self.config.model)
         opts = self.config.engine
+        memory = self.memory_args()
         args = AsyncEngineArgs(
             model=self.config.model,
             served_model_name=[self.config.model_name],
             max_model_len=opts.max_model_len,
             max_num_seqs=opts.max_num_seqs,
-            gpu_memory_utilization=opts.gpu_memory_utilization,
-            kv_cache_memory_bytes=opts.kv_cache_memory_bytes,
             dtype=opts.dtype,  # type: ignore[arg-type]  # validated by vLLM
             enforce_eager=opts.enforce_eager,
             seed=opts.seed,
@@ -99,11 +128,50 @@ class Engine:
             mm_processor_kwargs=self.mm_kwargs,
             disable_log_stats=True,  # no periodic log lines; our logger still receives stats
             enable_logging_iteration_details=True,
+            **memory,
             **opts.extra,
         )
         factory = _make_logger_factory(self.meter, self.state)
         self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[factory])
         self._tokenizer = self._llm.get_tokenizer()
+
+    def memory_args(self) -> dict[str, Any]:
+        """The engine's cache sizes (see :mod:`edgeserve.engine_memory`), each line of how they
+        were chosen printed to the start-up log. Raises :class:`KVCacheTooSmall` when one request
+        of ``max_model_len`` does not fit the NUMA node."""
+        from vllm.platforms import current_platform
+
+        cfg, opts = self.config, self.config.engine
+        out: dict[str, Any] = {}
+        if opts.gpu_memory_utilization is not None:
+            out["gpu_memory_utilization"] = opts.gpu_memory_utilization
+        if opts.kv_cache_memory_bytes is not None:
+            out["kv_cache_memory_bytes"] = opts.kv_cache_memory_bytes
+        if not out and current_platform.is_cpu():
+            geometry = engine_memory.KVGeometry.from_model_dir(
+                cfg.model, opts.dtype, str(opts.extra.get("kv_cache_dtype", "auto")))
+            plan = engine_memory.plan_kv_cache(
+                geometry, max_num_seqs=opts.max_num_seqs, max_model_len=opts.max_model_len,
+                node=engine_memory.node_memory(), weights_bytes=engine_memory.weights_bytes(cfg.model),
+                block_size=int(opts.extra.get("block_size") or engine_memory.CPU_BLOCK_SIZE_TOKENS))
+            out["kv_cache_memory_bytes"] = plan.bytes_
+            say(plan.explanation + " (override: --kv-cache-memory-bytes)")
+        elif "kv_cache_memory_bytes" in out:
+            say(f"KV cache {out['kv_cache_memory_bytes']} bytes (--kv-cache-memory-bytes)")
+        elif out:
+            say(f"KV cache: vLLM's fraction {opts.gpu_memory_utilization} "
+                 "(--gpu-memory-utilization)")
+        if "mm_processor_cache_gb" not in opts.extra:
+            import psutil
+
+            gb = engine_memory.mm_cache_gb(
+                machine_total_bytes=psutil.virtual_memory().total,
+                max_pixels=int(cfg.max_pixels or 0), max_num_seqs=opts.max_num_seqs)
+            out["mm_processor_cache_gb"] = gb
+            say(f"multimodal processor cache capped at {gb:g} GiB "
+                 f"({engine_memory.MM_CACHE_ITEMS_PER_SEQ} × max_num_seqs images of max_pixels, "
+                 "at most 1/16 of memory; override: --engine-arg mm_processor_cache_gb=N)")
+        return out
 
     def shutdown(self) -> None:
         if self._llm is not None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 from typing import Any
 
 from edgeserve.config import (
@@ -19,6 +18,7 @@ from edgeserve.config import (
     ServeConfig,
     default_workers,
 )
+from edgeserve.console import say
 
 # flag dest → ServeConfig field (engine options as "engine.<field>")
 _FIELDS = {
@@ -31,7 +31,8 @@ _FIELDS = {
     "max_image_pixels": "max_image_pixels", "max_images_per_request": "max_images_per_request",
     "min_pixels": "min_pixels", "max_pixels": "max_pixels", "fast_decode": "fast_decode",
     "preproc_backend": "preproc_backend",
-    "trace": "trace", "sample_interval": "sample_interval_s", "drain_timeout": "drain_timeout_s",
+    "trace": "trace", "engine_log": "engine_log", "verbose": "verbose",
+    "sample_interval": "sample_interval_s", "drain_timeout": "drain_timeout_s",
     "max_model_len": "engine.max_model_len", "max_num_seqs": "engine.max_num_seqs",
     "gpu_memory_utilization": "engine.gpu_memory_utilization", "dtype": "engine.dtype",
     "kv_cache_memory_bytes": "engine.kv_cache_memory_bytes",
@@ -116,6 +117,12 @@ def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
     g = p.add_argument_group("observability and lifecycle")
     g.add_argument("--trace", metavar="FILE",
                    help="write request records and resource samples as JSON Lines")
+    g.add_argument("--engine-log", metavar="FILE",
+                   help="where vLLM's own output goes (its start-up log, warnings, tracebacks); "
+                   "the terminal shows edgeserve's lines only (default: "
+                   "$TMPDIR/edgeserve-serve-PORT-PID.log, named at start)")
+    g.add_argument("--verbose", "-v", action="store_const", const=True,
+                   help="show vLLM's output on the terminal instead of in --engine-log")
     g.add_argument("--sample-interval", type=float, metavar="S",
                    help=f"resource sample period (default: {_d('sample_interval_s')})")
     g.add_argument("--drain-timeout", type=float, metavar="S",
@@ -125,11 +132,15 @@ def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
     g.add_argument("--max-model-len", type=int, help=f"default: {_e('max_model_len')}")
     g.add_argument("--max-num-seqs", type=int, help=f"default: {_e('max_num_seqs')}")
     g.add_argument("--gpu-memory-utilization", type=float,
-                   help="KV-cache memory fraction; on vLLM's CPU build a fraction of host "
-                   f"memory (default: {_e('gpu_memory_utilization')})")
+                   help="KV-cache memory as vLLM's fraction; on vLLM's CPU build a fraction of "
+                   "the NUMA node's memory minus the engine's RSS, which goes negative on a "
+                   "small node (default on CPU: sized by edgeserve, see --kv-cache-memory-bytes; "
+                   "on GPU: vLLM's default)")
     g.add_argument("--kv-cache-memory-bytes", type=int, metavar="N",
-                   help="fixed KV-cache size in bytes, instead of --gpu-memory-utilization "
-                   "(robust when several servers start at once)")
+                   help="fixed KV-cache size in bytes (default on vLLM's CPU build: "
+                   "max-num-seqs x max-model-len tokens x the model's KV bytes per token, at "
+                   "most half the NUMA node's available memory after the weights, at least one "
+                   "request of max-model-len; the start-up log shows the derivation)")
     g.add_argument("--dtype", help=f"default: {_e('dtype')}")
     g.add_argument("--enforce-eager", action="store_const", const=True, help="default: off")
     g.add_argument("--seed", type=int, help=f"engine seed (default: {_e('seed')})")
@@ -137,7 +148,10 @@ def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
                    const=False, help="disable vLLM's prefix cache")
     g.add_argument("--engine-arg", dest="engine_args", action="append", metavar="KEY=VALUE",
                    help="any other vLLM AsyncEngineArgs field, VALUE as JSON or a string "
-                   "(repeatable), e.g. --engine-arg enforce_eager=true")
+                   "(repeatable), e.g. --engine-arg enforce_eager=true. vLLM's multimodal "
+                   "processor cache is capped by default at room for 4 x max-num-seqs images of "
+                   "--max-pixels, at most 1/16 of the machine's memory and 4 GiB; change it "
+                   "with --engine-arg mm_processor_cache_gb=N (0 turns it off)")
     p.set_defaults(func=run)
 
 
@@ -162,20 +176,32 @@ def run(args: argparse.Namespace) -> int:
     try:
         cfg = config_from_args(args)
     except ConfigError as e:
-        print(f"edgeserve serve: {e}", file=sys.stderr)
+        say(str(e), error=True)
         return 2
     import asyncio
+    import contextlib
+    from pathlib import Path
 
+    from edgeserve import start_failures
+    from edgeserve.console import default_engine_log, engine_output_to
     from edgeserve.server.app import serve
 
-    try:
-        status = asyncio.run(serve(cfg))
-    except OSError as e:  # e.g. the port is taken
-        print(f"edgeserve serve: {e}", file=sys.stderr)
-        return 1
-    except Exception as e:  # the engine or the workers failed to start; vLLM logged the details
-        print(f"edgeserve serve: failed to start: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
+    log_path = Path(cfg.engine_log) if cfg.engine_log else default_engine_log(cfg.port)
+    if cfg.verbose:
+        redirect: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
+    else:
+        say(f"starting (vLLM's output: {log_path})")
+        redirect = engine_output_to(log_path)
+    with redirect:
+        try:
+            status = asyncio.run(serve(cfg))
+        except Exception as e:  # the port, the model folder, the engine or the workers
+            import traceback
+
+            traceback.print_exc()  # into the engine log (or the terminal with --verbose)
+            say(start_failures.explain(e, None if cfg.verbose else log_path,
+                                       host=cfg.host, port=cfg.port), error=True)
+            return 1
     if status:
-        print("edgeserve serve: stopped because the vLLM engine died", file=sys.stderr)
+        say("stopped because the vLLM engine died", error=True)
     return status

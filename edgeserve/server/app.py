@@ -23,6 +23,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import time
 
 from aiohttp import web
@@ -30,6 +31,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from edgeserve import records
 from edgeserve.config import PreprocMode, ServeConfig
+from edgeserve.console import say
 from edgeserve.engine import Engine
 from edgeserve.metrics import Metrics
 from edgeserve.preproc_pool import shm
@@ -136,12 +138,18 @@ async def serve(cfg: ServeConfig, ready_message: bool = True) -> int:
         preproc = PreprocPool(cfg.workers, params, cfg.max_pending)
     else:
         preproc = InlinePreproc(params, cfg.max_pending)
-    await preproc.start()
+    # Reserve the port before the engine's tens of seconds of start-up (bound, not listening, so
+    # a client's /health is refused rather than left waiting): a port in use fails at once.
+    sock = bind_socket(cfg.host, cfg.port)
     engine = Engine(cfg, meter)
     try:
+        await preproc.start()
         engine.start()
     except BaseException:
+        sock.close()
         await preproc.close()
+        engine.shutdown()
+        shm.sweep(os.getpid())
         raise
     meta: dict[str, object] = {"model": cfg.model_name, "mode": cfg.mode.value,
                                "workers": cfg.workers if cfg.mode is PreprocMode.SPLIT else 0,
@@ -160,16 +168,15 @@ async def serve(cfg: ServeConfig, ready_message: bool = True) -> int:
     runner = web.AppRunner(build_app(ctx), handler_cancellation=True, access_log=None,
                            shutdown_timeout=5.0)
     await runner.setup()
-    site = web.TCPSite(runner, cfg.host, cfg.port)
+    site = web.SockSite(runner, sock)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, ctx.stop.set)
     watchdog = asyncio.create_task(_watch_engine(ctx))
     try:
         await site.start()
         if ready_message:
-            print(f"edgeserve serve: ready on http://{cfg.host}:{cfg.port} "
-                  f"(mode={cfg.mode.value}, workers={cfg.workers}, model={cfg.model_name})",
-                  flush=True)
+            say(f"ready on http://{cfg.host}:{cfg.port} "
+                f"(mode={cfg.mode.value}, workers={cfg.workers}, model={cfg.model_name})")
         await ctx.stop.wait()
         await _drain(ctx)
     finally:
@@ -182,6 +189,20 @@ async def serve(cfg: ServeConfig, ready_message: bool = True) -> int:
         recorder.close()
         shm.sweep(os.getpid())
     return 1 if ctx.engine_died else 0
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (not yet listening); ``OSError`` when it is taken."""
+    family, type_, proto, _, addr = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, type_, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 ENGINE_CHECK_INTERVAL_S = 0.5
