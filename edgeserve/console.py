@@ -11,6 +11,7 @@ the terminal through copies of the original descriptors. With ``--verbose`` noth
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 import tempfile
@@ -26,6 +27,22 @@ def say(line: str, *, error: bool = False) -> None:
     out, err = _console if _console is not None else (sys.stdout, sys.stderr)
     stream = err if error else out
     print(f"edgeserve serve: {line}", file=stream, flush=True)
+
+
+class ConsoleHandler(logging.Handler):
+    """Routes the ``edgeserve`` loggers' records through :func:`say` (warnings to stderr)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        say(record.getMessage(), error=record.levelno >= logging.WARNING)
+
+
+def install_console_logging() -> None:
+    """edgeserve's own log records (INFO and up) go to the terminal, not the engine log."""
+    logger = logging.getLogger("edgeserve")
+    if not any(isinstance(h, ConsoleHandler) for h in logger.handlers):
+        logger.addHandler(ConsoleHandler())
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
 
 
 def default_engine_log(port: int) -> Path:

@@ -183,9 +183,10 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from edgeserve import start_failures
-    from edgeserve.console import default_engine_log, engine_output_to
+    from edgeserve.console import default_engine_log, engine_output_to, install_console_logging
     from edgeserve.server.app import serve
 
+    install_console_logging()
     log_path = Path(cfg.engine_log) if cfg.engine_log else default_engine_log(cfg.port)
     if cfg.verbose:
         redirect: contextlib.AbstractContextManager[object] = contextlib.nullcontext()

@@ -1,0 +1,151 @@
+"""``edgeserve serve`` starting as a new user starts it: no flags, any machine.
+
+The default server (no KV-cache flag, the built-in tiny model) sizes its KV cache from the model,
+says how in its start-up lines, and answers an image request. A start that cannot work — a KV
+cache larger than the machine, a folder that is not a model, a port in use — ends with status 1
+and one paragraph on the terminal naming what to change (vLLM's tracebacks stay in the engine
+log), and leaves nothing behind: no shared-memory segment, no process of its tree.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import openai
+import psutil
+import pytest
+from PIL import Image
+from serve_process import ServerProcess
+
+pytestmark = pytest.mark.engine
+
+
+def shm_names() -> set[str]:
+    return {p.name for p in Path("/dev/shm").iterdir()}
+
+
+def processes_marked(mark: str, grace_s: float = 10.0) -> list[str]:
+    """Processes whose environment carries ``mark`` (a server's whole tree inherits it) that are
+    still alive ``grace_s`` after the server exited (Python's resource tracker, a child of the
+    server, takes a moment to see its parent gone)."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        found = []
+        for p in psutil.process_iter():
+            try:
+                if p.environ().get("EDGESERVE_TEST_MARK") == mark:
+                    found.append(" ".join(p.cmdline()))
+            except psutil.Error:
+                continue
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
+
+
+def run_serve(*args: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], Path, str]:
+    """Run ``edgeserve serve`` to completion; returns (result, engine log, mark)."""
+    mark = uuid.uuid4().hex
+    log = tmp_path / "engine.log"
+    env = dict(os.environ, EDGESERVE_TEST_MARK=mark, PYTHONUNBUFFERED="1")
+    done = subprocess.run([sys.executable, "-m", "edgeserve", "serve", "--engine-log", str(log),
+                           *args], capture_output=True, text=True, env=env, timeout=300)
+    return done, log, mark
+
+
+@pytest.fixture(scope="module")
+def default_server(tmp_path_factory: pytest.TempPathFactory,
+                   tiny_model_dir: Path) -> Iterator[ServerProcess]:
+    # only --port: two servers of the suite may not share one; everything else is the default
+    d = tmp_path_factory.mktemp("default")
+    srv = ServerProcess([], d / "server.log").start()
+    yield srv
+    srv.stop()
+
+
+def test_the_default_server_sizes_its_kv_cache_from_the_model_and_says_how(
+    default_server: ServerProcess,
+) -> None:
+    log = default_server.log_path.read_text()
+    line = next(x for x in log.splitlines() if x.startswith("edgeserve serve: KV cache"))
+    # the tiny model: 16 seqs × 4096 tokens × 512 B/token = 32 MiB, well under any node's cap
+    assert "32.0 MiB (65536 tokens, budget)" in line
+    assert "512 B/token" in line and "node 0 available" in line
+    assert "multimodal processor cache capped at" in log
+    # vLLM's own output went to the engine log, not to the terminal
+    assert "Traceback" not in log and "INFO" not in log
+
+
+def test_the_default_server_answers_an_image_request(default_server: ServerProcess) -> None:
+    rng = np.random.default_rng(0)
+    buf = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, (480, 640, 3), dtype=np.uint8)).save(buf, "JPEG")
+    url = "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
+    client = openai.OpenAI(base_url=default_server.url + "/v1", api_key="-")
+    out = client.chat.completions.create(
+        model=default_server.get_json("/v1/models")["data"][0]["id"], max_tokens=5,
+        messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                               {"type": "text", "text": "What is it?"}]}])
+    assert out.usage is not None and out.usage.completion_tokens == 5
+    # 640×480 → smart_resize 644×476 → 23×17 patches of 28 px: 391 image tokens
+    assert out.usage.prompt_tokens > 391
+
+
+def test_an_impossible_kv_cache_fails_in_one_paragraph_and_leaves_nothing(
+    tmp_path: Path, tiny_model_dir: Path,
+) -> None:
+    before = shm_names()
+    port = ServerProcess([], tmp_path / "unused").port
+    done, log, mark = run_serve("--port", str(port), "--kv-cache-memory-bytes", str(1 << 50),
+                                tmp_path=tmp_path)
+    assert done.returncode == 1
+    err = done.stderr.strip()
+    assert err.startswith("edgeserve serve: the vLLM engine could not allocate its KV cache")
+    assert "--kv-cache-memory-bytes" in err and str(log) in err
+    assert len(err.splitlines()) == 1 and "Traceback" not in done.stdout + done.stderr
+    assert "Traceback" in log.read_text()  # the details are kept, in the log
+    assert shm_names() - before == set()
+    assert processes_marked(mark) == []
+
+
+def test_a_folder_that_is_not_a_model_is_named_before_the_engine_starts(tmp_path: Path) -> None:
+    empty = tmp_path / "empty-model"
+    empty.mkdir()
+    before = shm_names()
+    done, _, mark = run_serve("--model", str(empty), "--port", str(ServerProcess(
+        [], tmp_path / "unused").port), tmp_path=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"edgeserve serve: cannot start: {empty} is not a model folder: it has no config.json. "
+        "Pass --model DIR of a Hugging Face-format checkpoint, or build the default with "
+        "`edgeserve models build-tiny`.")
+    assert shm_names() - before == set()
+    assert processes_marked(mark) == []
+
+
+def test_a_missing_model_folder_is_a_config_error(tmp_path: Path) -> None:
+    done, _, _ = run_serve("--model", str(tmp_path / "nowhere"), tmp_path=tmp_path)
+    assert done.returncode == 2
+    assert "does not exist" in done.stderr and "edgeserve models build-tiny" in done.stderr
+
+
+def test_a_port_in_use_fails_at_once_naming_the_flag(tmp_path: Path, tiny_model_dir: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done, _, mark = run_serve("--port", str(port), tmp_path=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"edgeserve serve: cannot listen on 127.0.0.1:{port}: the port is in use (another "
+        "server is running there?). Stop it, or choose another port with --port.")
+    assert processes_marked(mark) == []
