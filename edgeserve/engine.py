@@ -16,7 +16,7 @@ Engine busy time comes from vLLM's public stat-logger interface: with
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +25,7 @@ import numpy as np
 from edgeserve import engine_memory
 from edgeserve.config import ServeConfig
 from edgeserve.console import say
+from edgeserve.records import EngineStep
 from edgeserve.stalls import StallMeter
 from edgeserve.start_failures import ModelFolderError
 
@@ -40,6 +41,7 @@ class EngineState:
     waiting: int = 0
     kv_cache_usage: float = 0.0
     aborted_total: int = 0
+    on_step: Callable[[EngineStep], None] | None = None  # the trace, once it is open
 
 
 def _make_logger_factory(meter: StallMeter, state: EngineState) -> Any:
@@ -60,7 +62,19 @@ def _make_logger_factory(meter: StallMeter, state: EngineState) -> Any:
             state.kv_cache_usage = scheduler_stats.kv_cache_usage
             details = scheduler_stats.iteration_details
             if details is not None and not details.is_dummy:
-                meter.engine_step(time.monotonic(), details.elapsed_ms / 1000.0)
+                now = time.monotonic()
+                meter.engine_step(now, details.elapsed_ms / 1000.0)
+                if state.on_step is not None:
+                    state.on_step(EngineStep(
+                        t_s=now, duration_s=details.elapsed_ms / 1000.0,
+                        prefill_requests=details.num_ctx_requests,
+                        prefill_tokens=details.num_ctx_tokens,
+                        decode_requests=details.num_generation_requests,
+                        decode_tokens=details.num_generation_tokens,
+                        encoder_inputs=details.num_encoder_inputs,
+                        encoder_tokens=details.num_encoder_output_tokens,
+                        running=state.running, waiting=state.waiting,
+                        kv_cache_usage=state.kv_cache_usage))
 
         def log_engine_initialized(self) -> None:
             return None
@@ -172,6 +186,18 @@ class Engine:
                  f"({engine_memory.MM_CACHE_ITEMS_PER_SEQ} × max_num_seqs images of max_pixels, "
                  "at most 1/16 of memory; override: --engine-arg mm_processor_cache_gb=N)")
         return out
+
+    def describe(self) -> dict[str, object]:
+        """The engine's limits as vLLM resolved them, for the trace header."""
+        vc = self._llm.vllm_config
+        cache, sched = vc.cache_config, vc.scheduler_config
+        blocks = cache.num_gpu_blocks or 0
+        return {"max_num_seqs": sched.max_num_seqs,
+                "max_num_batched_tokens": sched.max_num_batched_tokens,
+                "max_model_len": vc.model_config.max_model_len,
+                "block_size": cache.block_size, "kv_cache_tokens": blocks * cache.block_size,
+                "enable_prefix_caching": bool(cache.enable_prefix_caching),
+                "platform": "cpu" if vc.device_config.device_type == "cpu" else "gpu"}
 
     def shutdown(self) -> None:
         if self._llm is not None:

@@ -12,7 +12,8 @@ Linux host; the simulator uses simulated seconds from 0). The trace header carri
 wall-clock time so that traces can be aligned with other logs.
 
 A trace file is JSON Lines: a :class:`TraceHeader` first, then any mix of :class:`RequestRecord`,
-:class:`ResourceSample` and :class:`DeviceSample`, each tagged by its ``type`` field. The runtime
+:class:`ResourceSample`, :class:`DeviceSample` and :class:`EngineStep`, each tagged by its
+``type`` field (``step`` records were added within schema 1: older traces simply have none). The runtime
 writes it (``--trace``), the simulator writes the same schema, the UI and the calibrator read only
 these records. A *stall* is measurable from them: engine idle time while an admitted request sat in
 a CPU stage (see :func:`edgeserve.records.stage_spans`).
@@ -216,7 +217,32 @@ class DeviceSample(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False, t
     throttled: bool = False
 
 
-TraceItem = TraceHeader | RequestRecord | ResourceSample | DeviceSample
+class EngineStep(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False, tag="step",
+                 tag_field="type"):
+    """One step (iteration) of the LLM engine, as its scheduler reported it.
+
+    vLLM V1 runs the engine in steps: each holds one decode token for every running request past
+    its prefill plus prefill chunks of others, under a token budget. ``t_s`` is when the step's
+    output reached the frontend (its end, on the trace's clock); ``duration_s`` the step's own
+    time. "Prefill" counts requests that have no output token yet (a chunk of a long prompt
+    included); ``encoder_tokens`` the vision-encoder output tokens computed inside the step. The
+    calibrator fits the simulator's step-time model from these records.
+    """
+
+    t_s: float
+    duration_s: float
+    prefill_requests: int = 0
+    prefill_tokens: int = 0
+    decode_requests: int = 0
+    decode_tokens: int = 0
+    encoder_inputs: int = 0
+    encoder_tokens: int = 0
+    running: int = 0  # the scheduler's running set after the step
+    waiting: int = 0
+    kv_cache_usage: float = 0.0  # fraction of KV blocks in use
+
+
+TraceItem = TraceHeader | RequestRecord | ResourceSample | DeviceSample | EngineStep
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(TraceItem)

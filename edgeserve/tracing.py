@@ -77,6 +77,11 @@ class Recorder:
         self.metrics.observe_record(rec)
         self._emit(rec)
 
+    def step(self, s: records.EngineStep) -> None:
+        """An engine step goes to the trace file only (tens per second: not to live viewers)."""
+        if self.writer is not None:
+            self.writer.write(s)
+
     def sample(self, s: ResourceSample) -> None:
         self._emit(s)
         if self.writer is not None:
@@ -130,6 +135,22 @@ class ProcessWatch:
             if pid not in alive:
                 del self._procs[pid]
         return cpu, rss
+
+
+def process_layout(worker_pids: list[int | None]) -> dict[str, dict[str, object]]:
+    """Which process of the server may run on which cores (its CPU affinity), by role: the
+    frontend, each preprocessing worker and vLLM's engine processes. Recorded in the trace header
+    so that a simulator can model the cores they share."""
+    named: dict[str, int] = {"frontend": os.getpid()}
+    named.update({f"worker{i}": pid for i, pid in enumerate(worker_pids) if pid is not None})
+    named.update(engine_pids({p for p in worker_pids if p is not None}))
+    out: dict[str, dict[str, object]] = {}
+    for name, pid in named.items():
+        try:
+            out[name] = {"pid": pid, "cpu_affinity": sorted(psutil.Process(pid).cpu_affinity())}
+        except (psutil.Error, AttributeError):
+            continue
+    return out
 
 
 def engine_pids(exclude: set[int]) -> dict[str, int]:

@@ -10,16 +10,17 @@ OUT=out/demo
 PORT="${EDGESERVE_DEMO_PORT:-8321}"
 mkdir -p "$OUT"
 
-echo "== edgeserve serve (tiny Qwen2-VL, split mode) on port $PORT; log: $OUT/serve.log"
-$ES serve --port "$PORT" --trace "$OUT/trace.jsonl" > "$OUT/serve.log" 2>&1 &
+echo "== edgeserve serve (tiny Qwen2-VL, split mode) on port $PORT; log: $OUT/serve.log, vLLM's: $OUT/engine.log"
+$ES serve --port "$PORT" --trace "$OUT/trace.jsonl" --engine-log "$OUT/engine.log" > "$OUT/serve.log" 2>&1 &
 SERVER=$!
 trap 'kill -TERM $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true' EXIT
 for _ in $(seq 1 300); do
     if curl -fs "http://127.0.0.1:$PORT/health" > /dev/null 2>&1; then break; fi
-    if ! kill -0 $SERVER 2>/dev/null; then echo "server exited; see $OUT/serve.log"; tail -20 "$OUT/serve.log"; exit 1; fi
+    if ! kill -0 $SERVER 2>/dev/null; then echo "the server exited:"; cat "$OUT/serve.log"; exit 1; fi
     sleep 1
 done
 curl -fs "http://127.0.0.1:$PORT/health" > /dev/null || { echo "server did not become healthy in 300 s"; exit 1; }
+grep "KV cache\|ready on" "$OUT/serve.log"
 
 echo "== edgeserve bench run: 24 requests with one 12 MP photograph each at 2 req/s"
 $ES bench run --url "http://127.0.0.1:$PORT" --images 12mp --num-prompts 24 --request-rate 2 \
@@ -33,4 +34,7 @@ $ES trace export "$OUT/trace.jsonl" --perfetto -o "$OUT/trace.perfetto.json"
 echo "== edgeserve sim run (built-in default scenario)"
 $ES sim run --out "$OUT/sim" --plots
 
+for f in bench.json latency_cdf.png trace.jsonl trace.perfetto.json sim; do
+    [[ -e "$OUT/$f" ]] || { echo "the main job did not produce $OUT/$f"; exit 1; }
+done
 echo "== done: results in $OUT/ (watch a run live with: $ES tui --replay $OUT/trace.jsonl)"

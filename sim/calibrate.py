@@ -24,6 +24,17 @@ size of a window is the mean number of requests decoding *per step* (time segmen
 
 The spread around the fitted mean becomes a lognormal ``cv`` (the standard deviation of the ratio
 of measured to fitted time), or ``deterministic`` when it is below 0.5 %.
+
+**Engine steps.** A trace of a current runtime also holds one :class:`~edgeserve.records.EngineStep`
+per vLLM step. Those fit the step engine's time model directly — no queueing to remove, because a
+step's duration is its own:
+
+    step_s ≈ base_s + a·prefill_tokens + b·decode_tokens + c·context_tokens + d·encoder_tokens
+
+(``context_tokens`` = the KV held after the step, ``kv_cache_usage × kv_cache_tokens`` of the
+header). The header also gives the engine's limits (``max_num_seqs``, ``max_num_batched_tokens``,
+block size, KV tokens) and the host's cores, which the profile takes over: the profile
+describes the machine that was measured, whatever ``--base`` said.
 """
 
 from __future__ import annotations
@@ -37,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from edgeserve.records import Outcome, RequestRecord, read_trace
+from edgeserve.records import EngineStep, Outcome, RequestRecord, TraceHeader, read_trace
 
 MIN_SAMPLES = 5
 
@@ -68,6 +79,61 @@ class Calibration:
     requests: int = 0
     workers: int = 0
     has_encode: bool = False  # some record has an encoder stage
+    step: StageFit | None = None  # the engine's step-time model, from step records
+    steps: int = 0
+    engine: dict[str, Any] = field(default_factory=dict)  # limits from the trace header
+    host_cores: int = 0
+
+
+STEP_FEATURES = ["prefill_tokens", "decode_tokens", "context_tokens", "encoder_tokens"]
+
+
+def fit_steps(steps: Iterable[EngineStep], kv_cache_tokens: int = 0) -> StageFit | None:
+    """The step-time model from per-step records (``None`` with fewer than MIN_SAMPLES steps)."""
+    rows = [(s.duration_s, s.prefill_tokens, s.decode_tokens,
+             s.kv_cache_usage * kv_cache_tokens, s.encoder_tokens)
+            for s in steps if s.duration_s > 0]
+    if len(rows) < MIN_SAMPLES:
+        return None
+    arr = np.asarray(rows, dtype=float)
+    return fit_linear("step", arr[:, 1:], arr[:, 0], STEP_FEATURES)
+
+
+@dataclass(slots=True)
+class TraceData:
+    """What calibration reads from traces: request records, engine steps, header facts."""
+
+    records: list[RequestRecord] = field(default_factory=list)
+    steps: list[EngineStep] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)  # the last runtime header's meta
+
+
+def read_traces(paths: Iterable[str | Path]) -> TraceData:
+    data = TraceData()
+    for p in paths:
+        for item in read_trace(p):
+            if isinstance(item, RequestRecord):
+                data.records.append(item)
+            elif isinstance(item, EngineStep):
+                data.steps.append(item)
+            elif isinstance(item, TraceHeader) and item.producer == "edgeserve serve":
+                data.meta = dict(item.meta)
+    return data
+
+
+def calibrate_traces(data: TraceData) -> Calibration:
+    """:func:`calibrate` on the records, plus the step model and the header's machine facts."""
+    cal = calibrate(data.records)
+    engine = data.meta.get("engine")
+    cal.engine = dict(engine) if isinstance(engine, dict) else {}
+    cal.host_cores = int(data.meta.get("host_cores") or 0)
+    cal.steps = len(data.steps)
+    cal.step = fit_steps(data.steps, int(cal.engine.get("kv_cache_tokens") or 0))
+    if cal.step is not None:
+        cal.step.note = f"{cal.steps} engine steps"
+    elif data.steps:
+        cal.skipped["step"] = f"{len(data.steps)} engine steps (need {MIN_SAMPLES})"
+    return cal
 
 
 def fit_linear(stage: str, x: np.ndarray, y: np.ndarray, names: list[str]) -> StageFit:
@@ -252,8 +318,36 @@ def to_profile(cal: Calibration, base: dict[str, Any] | None, name: str,
         entry = stages.setdefault(stage, {"unit": "gpu" if stage == "encode" else "cpu"})
         entry["model"] = fit.model()
     prof["stages"] = stages
+    if cal.workers:  # the measured machine's preprocessing concurrency, not the base's
+        units = {k: dict(v) for k, v in prof.get("units", {}).items()}
+        cpu = next((k for k, v in units.items() if v.get("kind") == "cpu"), None)
+        if cpu is not None:
+            units[cpu]["count"] = cal.workers
+            prof["units"] = units
+    if cal.step is not None:
+        llm = dict(prof.get("llm") or {})
+        e = cal.engine
+        step: dict[str, Any] = {"base_s": float(f"{cal.step.base_s:.6g}"),
+                                "per": {k: float(f"{cal.step.per.get(k, 0.0):.6g}")
+                                        for k in STEP_FEATURES},
+                                "cv": round(cal.step.cv, 4) if cal.step.cv >= 0.005 else 0.0}
+        for key, src in (("max_num_batched_tokens", "max_num_batched_tokens"),
+                         ("max_num_seqs", "max_num_seqs"), ("block_size_tokens", "block_size")):
+            if e.get(src):
+                step[key] = int(e[src])
+        llm["step"] = step
+        if e.get("max_num_seqs"):
+            llm["max_batch"] = int(e["max_num_seqs"])
+        if e.get("kv_cache_tokens"):
+            llm["kv_capacity_tokens"] = int(e["kv_cache_tokens"])
+        prof["llm"] = llm
     notes = [f"{s}: fitted on {f.n} requests, R² = {f.r2:.3f}" + (f" ({f.note})" if f.note else "")
              for s, f in cal.fits.items()]
+    if cal.step is not None:
+        notes.append(f"engine step model: fitted on {cal.step.n} steps, R² = {cal.step.r2:.3f}")
+    if cal.host_cores:
+        notes.append(f"measured host: {cal.host_cores} cores shared by the frontend, "
+                     f"{cal.workers} preprocessing worker(s) and the engine")
     prof["sources"] = [*list(prof.get("sources", [])), f"calibrated from {', '.join(sources)}", *notes]
     if cal.skipped:
         prof["assumed"] = list(prof.get("assumed", [])) + [
@@ -267,6 +361,11 @@ def format_fits(cal: Calibration) -> str:
         terms = " + ".join(f"{v:.4g}·{k}" for k, v in f.per.items())
         lines.append(f"  {s:13s} {f.base_s * 1000:8.3f} ms" + (f" + {terms}" if terms else "")
                      + f"   cv {f.cv:.3f}  R² {f.r2:.3f}  n {f.n}" + (f"  [{f.note}]" if f.note else ""))
+    if cal.step is not None:
+        f = cal.step
+        terms = " + ".join(f"{v:.4g}·{k}" for k, v in f.per.items())
+        lines.append(f"  {'engine step':13s} {f.base_s * 1000:8.3f} ms" + (f" + {terms}" if terms else "")
+                     + f"   cv {f.cv:.3f}  R² {f.r2:.3f}  n {f.n}")
     for s, why in cal.skipped.items():
         lines.append(f"  {s:13s} not fitted: {why}")
     return "\n".join(lines)

@@ -3,9 +3,12 @@
 Reads the request records of runtime traces (``edgeserve serve --trace``) and fits the per-stage
 service-time models of a device profile: image decode, resize and normalize against source and
 target pixels, encode against image tokens, prefill against prompt tokens, and the decode-step
-time against the number of requests decoding at once (see :mod:`sim.calibrate`). Units, power
-and thermal values come from ``--base`` (a shipped profile name or a YAML file), or are
-placeholders.
+time against the number of requests decoding at once (see :mod:`sim.calibrate`). Where the trace
+holds the engine's per-step records, the engine's step-time model (``llm.step``: seconds per step
+against prefill, decode, context and encoder tokens) is fitted from them, and the engine's limits
+(max_num_seqs, token budget, KV tokens) and the number of preprocessing workers are taken from the
+trace, overriding ``--base``. Power and thermal values come from ``--base`` (a shipped profile
+name or a YAML file), or are placeholders.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     import yaml
 
     from edgeserve.records import TraceError
-    from sim.calibrate import calibrate, format_fits, read_records, to_profile
+    from sim.calibrate import calibrate_traces, format_fits, read_traces, to_profile
     from sim.config import resolve_profile_path
     from sim.profiles import DeviceProfile
     from sim.schema import ConfigError, build, load_yaml
@@ -39,8 +42,8 @@ def run(args: argparse.Namespace) -> int:
         for t in args.traces:
             if not t.exists():
                 raise ConfigError(f"{t}: no such trace file")
-        cal = calibrate(read_records(args.traces))
-        if not cal.fits:
+        cal = calibrate_traces(read_traces(args.traces))
+        if not cal.fits and cal.step is None:
             raise ConfigError("no stage could be fitted: the traces hold no usable local requests")
         base = load_yaml(resolve_profile_path(args.base, Path.cwd())) if args.base else None
         name = args.name or args.out.stem

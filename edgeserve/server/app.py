@@ -43,7 +43,7 @@ from edgeserve.server.chat import handle_chat
 from edgeserve.server.context import ServerContext
 from edgeserve.server.media import MediaPolicy
 from edgeserve.stalls import StallMeter
-from edgeserve.tracing import Recorder, ResourceSampler, host_name
+from edgeserve.tracing import Recorder, ResourceSampler, host_name, process_layout
 
 log = logging.getLogger("edgeserve.serve")
 CTX = web.AppKey("ctx", ServerContext)
@@ -154,8 +154,14 @@ async def serve(cfg: ServeConfig, ready_message: bool = True) -> int:
     meta: dict[str, object] = {"model": cfg.model_name, "mode": cfg.mode.value,
                                "workers": cfg.workers if cfg.mode is PreprocMode.SPLIT else 0,
                                "min_pixels": cfg.min_pixels, "max_pixels": cfg.max_pixels,
-                               "host": host_name(), "pid": os.getpid()}
+                               "host": host_name(), "pid": os.getpid(),
+                               "host_cores": len(os.sched_getaffinity(0)),
+                               "max_pending": cfg.max_pending, "max_inflight": cfg.max_inflight,
+                               "max_engine_queue": cfg.max_engine_queue,
+                               "engine": engine.describe(),
+                               "processes": process_layout(preproc.worker_pids())}
     recorder = Recorder(cfg.trace, Metrics(), meta)
+    engine.state.on_step = recorder.step
     ctx = ServerContext(
         config=cfg, engine=engine, preproc=preproc, meter=meter, recorder=recorder,
         media=MediaPolicy(cfg.allowed_media_dir, cfg.allow_http_media, cfg.http_timeout_s,

@@ -27,6 +27,8 @@ import pytest
 from PIL import Image
 from serve_process import ServerProcess
 
+from edgeserve import records
+
 pytestmark = pytest.mark.engine
 
 
@@ -65,9 +67,10 @@ def run_serve(*args: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess[s
 @pytest.fixture(scope="module")
 def default_server(tmp_path_factory: pytest.TempPathFactory,
                    tiny_model_dir: Path) -> Iterator[ServerProcess]:
-    # only --port: two servers of the suite may not share one; everything else is the default
+    # only --port (two servers of the suite may not share one) and --trace (to read the engine
+    # steps it records; it changes nothing the engine does): everything else is the default
     d = tmp_path_factory.mktemp("default")
-    srv = ServerProcess([], d / "server.log").start()
+    srv = ServerProcess(["--trace", str(d / "trace.jsonl")], d / "server.log").start()
     yield srv
     srv.stop()
 
@@ -98,6 +101,38 @@ def test_the_default_server_answers_an_image_request(default_server: ServerProce
     assert out.usage is not None and out.usage.completion_tokens == 5
     # 640×480 → smart_resize 644×476 → 23×17 patches of 28 px: 391 image tokens
     assert out.usage.prompt_tokens > 391
+    USAGE.append((out.usage.prompt_tokens, out.usage.completion_tokens))
+
+
+USAGE: list[tuple[int, int]] = []  # (prompt, completion) tokens of the requests sent above
+
+
+def test_the_trace_records_every_engine_step_of_that_request(
+    default_server: ServerProcess,
+) -> None:
+    """The one request's prompt was computed in prefill steps (nothing cached before it) and its
+    tokens after the first in decode steps, one per step; the encoder ran its image tokens."""
+    assert len(USAGE) == 1, "runs after the image request"
+    prompt, completion = USAGE[0]
+    trace = Path(default_server.argv[default_server.argv.index("--trace") + 1])
+    deadline = time.monotonic() + 10
+    while True:
+        steps = [x for x in records.read_trace(trace) if isinstance(x, records.EngineStep)]
+        if sum(s.decode_tokens for s in steps) >= completion - 1 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert sum(s.prefill_tokens for s in steps) == prompt
+    assert sum(s.decode_tokens for s in steps) == completion - 1
+    assert all(s.decode_tokens == s.decode_requests for s in steps)
+    assert sum(s.encoder_tokens for s in steps) == 391
+    assert all(s.duration_s > 0 for s in steps)
+    assert [s.t_s for s in steps] == sorted(s.t_s for s in steps)
+    header = next(records.read_trace(trace))
+    assert isinstance(header, records.TraceHeader)
+    assert header.meta["engine"]["max_num_seqs"] == 16  # type: ignore[index]
+    assert header.meta["engine"]["kv_cache_tokens"] == 65536  # type: ignore[index]
+    assert header.meta["host_cores"] == len(os.sched_getaffinity(0))
+    assert set(header.meta["processes"]) >= {"frontend", "worker0", "engine"}  # type: ignore[arg-type]
 
 
 def test_an_impossible_kv_cache_fails_in_one_paragraph_and_leaves_nothing(

@@ -1,0 +1,91 @@
+"""The engine's step-time model is fitted from the runtime's per-step records.
+
+A synthetic step log drawn from known coefficients (with and without noise) must give them back;
+the trace header's engine limits and the measured number of workers go into the profile, over
+whatever the base profile said.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgeserve.records import EngineStep, Outcome, RequestRecord, TraceHeader, TraceWriter
+from sim.calibrate import calibrate_traces, fit_steps, read_traces, to_profile
+
+TRUE = {"base_s": 0.004, "prefill_tokens": 2.0e-5, "decode_tokens": 3.0e-4,
+        "context_tokens": 1.0e-7, "encoder_tokens": 2.5e-4}
+KV_TOKENS = 65536
+
+
+def step_log(n: int, noise_cv: float, seed: int = 0) -> list[EngineStep]:
+    rng = np.random.default_rng(seed)
+    steps = []
+    t = 0.0
+    for _ in range(n):
+        prefill = int(rng.choice([0, 0, rng.integers(1, 2048)]))
+        decode = int(rng.integers(0, 17))
+        enc = int(rng.choice([0, 0, 0, rng.integers(64, 1281)])) if prefill else 0
+        usage = float(rng.uniform(0.0, 0.5))
+        mean = (TRUE["base_s"] + TRUE["prefill_tokens"] * prefill + TRUE["decode_tokens"] * decode
+                + TRUE["context_tokens"] * usage * KV_TOKENS + TRUE["encoder_tokens"] * enc)
+        d = mean * (rng.lognormal(-noise_cv**2 / 2, noise_cv) if noise_cv else 1.0)
+        t += d
+        steps.append(EngineStep(t_s=t, duration_s=d, prefill_tokens=prefill,
+                                prefill_requests=int(prefill > 0), decode_tokens=decode,
+                                decode_requests=decode, encoder_tokens=enc,
+                                kv_cache_usage=usage))
+    return steps
+
+
+def test_exact_steps_give_back_the_coefficients() -> None:
+    fit = fit_steps(step_log(400, 0.0), KV_TOKENS)
+    assert fit is not None
+    assert fit.base_s == pytest.approx(TRUE["base_s"], rel=1e-6)
+    for k in ("prefill_tokens", "decode_tokens", "context_tokens", "encoder_tokens"):
+        assert fit.per[k] == pytest.approx(TRUE[k], rel=1e-6)
+    assert fit.r2 == pytest.approx(1.0) and fit.cv < 1e-9
+
+
+def test_noisy_steps_give_the_coefficients_within_ten_percent_and_the_noise() -> None:
+    # 10 % lognormal noise on every step: long prefill steps carry most of the absolute noise,
+    # so the small per-decode-token term is the least certain (unweighted least squares)
+    fit = fit_steps(step_log(5000, 0.1, seed=1), KV_TOKENS)
+    assert fit is not None
+    for k in ("prefill_tokens", "decode_tokens", "encoder_tokens"):
+        assert fit.per[k] == pytest.approx(TRUE[k], rel=0.1)
+    assert fit.base_s == pytest.approx(TRUE["base_s"], rel=0.1)
+    assert fit.cv == pytest.approx(0.1, rel=0.15)
+
+
+def test_too_few_steps_fit_nothing() -> None:
+    assert fit_steps(step_log(4, 0.0), KV_TOKENS) is None
+
+
+def test_the_profile_takes_the_step_model_limits_and_workers_from_the_trace(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    meta = {"workers": 1, "host_cores": 2,
+            "engine": {"max_num_seqs": 16, "max_num_batched_tokens": 2048, "block_size": 128,
+                       "kv_cache_tokens": KV_TOKENS}}
+    with TraceWriter(trace, TraceHeader(producer="edgeserve serve", meta=meta)) as w:
+        for i in range(8):
+            t = 10.0 * i
+            w.write(RequestRecord(id=f"r{i}", outcome=Outcome.OK, worker=0, arrived_s=t,
+                                  engine_queued_s=t + 0.1, first_token_s=t + 0.2,
+                                  last_token_s=t + 0.5, finished_s=t + 0.5, prompt_tokens=100,
+                                  output_tokens=4))
+        for s in step_log(50, 0.0):
+            w.write(s)
+    cal = calibrate_traces(read_traces([trace]))
+    base = {"name": "b", "units": {"cpu": {"kind": "cpu", "count": 6}}, "stages": {},
+            "llm": {"kv_capacity_tokens": 8192, "max_batch": 8}}
+    prof = to_profile(cal, base, "measured", [str(trace)])
+    assert prof["units"]["cpu"]["count"] == 1  # the trace's one worker, not the base's 6
+    step = prof["llm"]["step"]
+    assert (step["max_num_seqs"], step["max_num_batched_tokens"], step["block_size_tokens"]) == (
+        16, 2048, 128)
+    assert step["per"]["decode_tokens"] == pytest.approx(TRUE["decode_tokens"], rel=1e-5)
+    assert (prof["llm"]["max_batch"], prof["llm"]["kv_capacity_tokens"]) == (16, KV_TOKENS)
+    assert any("2 cores shared" in s for s in prof["sources"])
