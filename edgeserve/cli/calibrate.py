@@ -9,6 +9,12 @@ against prefill, decode, context and encoder tokens) is fitted from them, and th
 (max_num_seqs, token budget, KV tokens) and the number of preprocessing workers are taken from the
 trace, overriding ``--base``. Power and thermal values come from ``--base`` (a shipped profile
 name or a YAML file), or are placeholders.
+
+``edgeserve calibrate validate PROFILE HELDOUT... [--out-dir DIR]`` replays each held-out trace's
+arrivals and sizes through the profile (one device, every request local) and prints measured vs
+simulated TTFT, TPOT, ITL and E2E (mean, p50, p90, p99), throughput, per-stage means and the stall
+fraction with relative errors; with ``--out-dir`` it writes the table as JSON and the
+measured-vs-simulated CDFs as PNG (see :mod:`sim.validate`).
 """
 
 from __future__ import annotations
@@ -22,14 +28,22 @@ from typing import Any
 def add_parser(subparsers: Any, help_: str) -> None:
     p = subparsers.add_parser("calibrate", help=help_, description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("traces", nargs="+", type=Path, metavar="TRACE", help="trace files (JSON Lines)")
-    p.add_argument("--out", type=Path, required=True, help="profile YAML to write")
+    p.add_argument("traces", nargs="+", type=Path, metavar="TRACE",
+                   help="trace files (JSON Lines); or 'validate PROFILE HELDOUT...'")
+    p.add_argument("--out", type=Path, help="profile YAML to write (required unless validate)")
+    p.add_argument("--out-dir", type=Path,
+                   help="validate: write validation.json and the CDF plots here")
     p.add_argument("--base", help="profile to start from (shipped name or YAML path)")
     p.add_argument("--name", help="profile name (default: the --out file's stem)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.traces and str(args.traces[0]) == "validate":
+        return run_validate(args.traces[1:], args.out_dir)
+    if args.out is None:
+        print("edgeserve calibrate: --out PROFILE.yaml is required", file=sys.stderr)
+        return 2
     import yaml
 
     from edgeserve.records import TraceError
@@ -56,4 +70,39 @@ def run(args: argparse.Namespace) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(yaml.safe_dump(prof, sort_keys=False, allow_unicode=True, width=100))
     print(f"wrote {args.out}")
+    return 0
+
+
+def run_validate(paths: list[Path], out_dir: Path | None) -> int:
+    import json
+
+    from edgeserve.records import TraceError
+    from sim.config import resolve_profile_path
+    from sim.schema import ConfigError, load_yaml
+    from sim.validate import plot_cdfs, validate
+
+    if len(paths) < 2:
+        print("edgeserve calibrate validate: give PROFILE and at least one HELDOUT trace",
+              file=sys.stderr)
+        return 2
+    profile_ref, traces = str(paths[0]), paths[1:]
+    try:
+        profile = load_yaml(resolve_profile_path(profile_ref, Path.cwd()))
+        results = []
+        for t in traces:
+            if not t.exists():
+                raise ConfigError(f"{t}: no such trace file")
+            v, _ = validate(profile, t, profile_name=profile_ref)
+            print(v.format())
+            results.append(v)
+    except (ConfigError, TraceError, ValueError) as e:
+        print(f"edgeserve calibrate validate: {e}", file=sys.stderr)
+        return 2
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "validation.json").write_text(
+            json.dumps([v.as_dict() for v in results], indent=1))
+        for v in results:
+            plot_cdfs(v, out_dir / f"cdf_{Path(v.trace).stem}.png")
+        print(f"wrote {out_dir / 'validation.json'} and the CDF plots")
     return 0

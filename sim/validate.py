@@ -1,0 +1,228 @@
+"""How far the simulator is from the runtime on a run it was not fitted on.
+
+``edgeserve calibrate validate PROFILE HELDOUT.jsonl`` replays the held-out trace's arrivals and
+sizes (image size, text tokens, output tokens) through one simulated device with the calibrated
+profile, every request local, and sets the simulated requests beside the measured ones:
+
+* TTFT, TPOT, ITL and E2E — mean, p50, p90, p99 — with the relative error of each;
+* throughput (completed requests per second of the run);
+* the mean time of each stage (preprocessing queue, decode, resize, normalize, engine queue,
+  generation) and the stall fraction (the time the engine sat idle while a request was in a CPU
+  stage, over the run's span);
+* measured-vs-simulated CDFs of TTFT and E2E (PNG).
+
+A profile is trusted as far as these errors go; docs/sim.md quotes them for held-out runs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgeserve.records import CPU_STAGES, Outcome, RequestRecord, Stage, read_trace, stage_spans
+
+METRICS = ("ttft", "tpot", "itl", "e2e")
+STATS = ("mean", "p50", "p90", "p99")
+
+
+@dataclass(slots=True)
+class Side:
+    """One side of the comparison: latency samples and stage means of completed requests."""
+
+    samples: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in METRICS})
+    stage_s: dict[str, list[float]] = field(default_factory=dict)
+    completed: int = 0
+    first_arrival_s: float = math.inf
+    last_finish_s: float = -math.inf
+    stall_s: float = 0.0
+
+    def add(self, r: RequestRecord) -> None:
+        self.first_arrival_s = min(self.first_arrival_s, r.arrived_s)
+        if r.outcome is not Outcome.OK or r.finished_s is None:
+            return
+        self.completed += 1
+        self.last_finish_s = max(self.last_finish_s, r.finished_s)
+        for name, v in (("ttft", r.ttft_s), ("tpot", r.tpot_s), ("e2e", r.e2e_s)):
+            if v is not None:
+                self.samples[name].append(v)
+        itl = r.itl_s()
+        if itl:
+            self.samples["itl"].extend(itl)
+        elif r.tpot_s is not None:  # the simulator spaces tokens evenly: its ITL is its TPOT
+            self.samples["itl"].extend([r.tpot_s] * (r.output_tokens - 1))
+        for stage, a, b in stage_spans(r):
+            self.stage_s.setdefault(stage.value, []).append(b - a)
+
+    @property
+    def span_s(self) -> float:
+        return self.last_finish_s - self.first_arrival_s
+
+    @property
+    def throughput_rps(self) -> float:
+        return self.completed / self.span_s if self.span_s > 0 else 0.0
+
+    def stat(self, metric: str, which: str) -> float | None:
+        xs = self.samples[metric]
+        if not xs:
+            return None
+        if which == "mean":
+            return float(np.mean(xs))
+        return float(np.percentile(xs, float(which[1:])))
+
+
+def stall_seconds(recs: list[RequestRecord]) -> float:
+    """Engine idle time while some completed request sat in a CPU stage (union of intervals).
+
+    The engine counts as busy from a request's engine queueing to its last token."""
+    busy = sorted((r.engine_queued_s, r.last_token_s) for r in recs
+                  if r.engine_queued_s is not None and r.last_token_s is not None)
+    cpu = sorted((a, b) for r in recs for s, a, b in stage_spans(r) if s in CPU_STAGES)
+    return max(0.0, _union(cpu) - _overlap(_merge(cpu), _merge(busy)))
+
+
+def _merge(iv: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for a, b in iv:
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _union(iv: list[tuple[float, float]]) -> float:
+    return sum(b - a for a, b in _merge(iv))
+
+
+def _overlap(x: list[tuple[float, float]], y: list[tuple[float, float]]) -> float:
+    i = j = 0
+    total = 0.0
+    while i < len(x) and j < len(y):
+        a, b = max(x[i][0], y[j][0]), min(x[i][1], y[j][1])
+        if b > a:
+            total += b - a
+        if x[i][1] < y[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+@dataclass(slots=True)
+class Validation:
+    measured: Side
+    simulated: Side
+    trace: str
+    profile: str
+    measured_stall_s: float = 0.0
+    simulated_stall_s: float = 0.0
+
+    def rows(self) -> list[tuple[str, float | None, float | None, float | None]]:
+        """(quantity, measured, simulated, relative error) — latencies in seconds."""
+        out: list[tuple[str, float | None, float | None, float | None]] = []
+        for m in METRICS:
+            for w in STATS:
+                a, b = self.measured.stat(m, w), self.simulated.stat(m, w)
+                out.append((f"{m} {w}", a, b, rel(a, b)))
+        a, b = self.measured.throughput_rps, self.simulated.throughput_rps
+        out.append(("throughput req/s", a, b, rel(a, b)))
+        for st in Stage:
+            ma, sb = self.measured.stage_s.get(st.value), self.simulated.stage_s.get(st.value)
+            if ma or sb:
+                a = float(np.mean(ma)) if ma else None
+                b = float(np.mean(sb)) if sb else None
+                out.append((f"stage {st.value} mean", a, b, rel(a, b)))
+        fa = self.measured_stall_s / self.measured.span_s if self.measured.span_s > 0 else 0.0
+        fb = self.simulated_stall_s / self.simulated.span_s if self.simulated.span_s > 0 else 0.0
+        out.append(("stall fraction", fa, fb, rel(fa, fb)))
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"trace": self.trace, "profile": self.profile,
+                "measured_requests": self.measured.completed,
+                "simulated_requests": self.simulated.completed,
+                "rows": [{"quantity": q, "measured": a, "simulated": b, "rel_error": e}
+                         for q, a, b, e in self.rows()]}
+
+    def format(self) -> str:
+        lines = [f"held-out trace {self.trace}: {self.measured.completed} measured, "
+                 f"{self.simulated.completed} simulated requests (profile {self.profile})",
+                 f"{'':24s} {'measured':>11s} {'simulated':>11s} {'error':>8s}"]
+        for q, a, b, e in self.rows():
+            scale, unit = (1e3, " ms") if q.split()[0] in METRICS or q.startswith("stage") else (1, "")
+            fa = "—" if a is None else f"{a * scale:.4g}{unit}"
+            fb = "—" if b is None else f"{b * scale:.4g}{unit}"
+            fe = "—" if e is None else f"{e * 100:+.1f} %"
+            lines.append(f"{q:24s} {fa:>11s} {fb:>11s} {fe:>8s}")
+        return "\n".join(lines)
+
+
+def rel(measured: float | None, simulated: float | None) -> float | None:
+    if measured is None or simulated is None or measured == 0:
+        return None
+    return (simulated - measured) / measured
+
+
+def local_records(path: str | Path) -> list[RequestRecord]:
+    return [r for r in read_trace(path) if isinstance(r, RequestRecord) and r.uplink_end_s is None]
+
+
+def replay_scenario(profile: dict[str, Any], trace: str | Path, span_s: float,
+                    seed: int = 1) -> dict[str, Any]:
+    """One device with ``profile``, the trace's arrivals, every request local."""
+    return {"name": "validate", "seed": seed, "duration_s": span_s + 1.0,
+            "sample_interval_s": max(1.0, span_s / 200), "slo": {"e2e_s": 10.0},
+            "policy": {"kind": "always_local"},
+            "devices": [{"name": "measured", "profile": profile,
+                         "workload": {"kind": "replay", "trace": str(trace)}}]}
+
+
+def validate(profile: dict[str, Any], trace: str | Path, *, profile_name: str = "",
+             seed: int = 1) -> tuple[Validation, list[RequestRecord]]:
+    """Replay ``trace`` through ``profile``; returns the comparison and the simulated records."""
+    from sim.config import scenario_from_raw
+    from sim.simulation import Simulation
+
+    measured = local_records(trace)
+    if not measured:
+        raise ValueError(f"{trace} holds no local request records to replay")
+    span = max((r.finished_s or r.arrived_s) for r in measured) - min(r.arrived_s for r in measured)
+    sim = Simulation(scenario_from_raw(replay_scenario(profile, trace, span, seed), None, []))
+    simulated: list[RequestRecord] = []
+    sim.add_record_sink(simulated.append)
+    sim.run()
+    v = Validation(Side(), Side(), str(trace), profile_name)
+    for r in measured:
+        v.measured.add(r)
+    for r in simulated:
+        v.simulated.add(r)
+    ok_m = [r for r in measured if r.outcome is Outcome.OK]
+    ok_s = [r for r in simulated if r.outcome is Outcome.OK]
+    v.measured_stall_s, v.simulated_stall_s = stall_seconds(ok_m), stall_seconds(ok_s)
+    return v, simulated
+
+
+def plot_cdfs(v: Validation, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, m in zip(axes, ("ttft", "e2e"), strict=True):
+        for side, label in ((v.measured, "measured"), (v.simulated, "simulated")):
+            xs = np.sort(np.asarray(side.samples[m])) * 1e3
+            if len(xs):
+                ax.plot(xs, np.arange(1, len(xs) + 1) / len(xs), label=label)
+        ax.set_xlabel(f"{m.upper()} (ms)")
+        ax.set_ylabel("fraction of requests")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(f"{Path(v.trace).name}: measured vs simulated ({v.profile})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
