@@ -17,6 +17,9 @@ Simulating every step would cost an event per token. Instead a virtual step coun
 changes (a prefill ends, a request finishes) or the clock changes (DVFS), so a request costs about
 two engine events however many tokens it generates. Step time is re-evaluated at those events;
 in between, context growth within a batch is not re-priced (an approximation).
+
+:class:`Engine` is what the rest of the simulator sees of an engine; :mod:`sim.step_engine` is the
+other kind, which schedules steps as vLLM V1 does (a profile's ``llm.step`` picks it).
 """
 
 from __future__ import annotations
@@ -52,7 +55,67 @@ class StepModel:
         raise NotImplementedError
 
 
-class BatchEngine:
+class Engine:
+    """What devices, cloud servers and policies see of an LLM engine; two kinds subclass it.
+
+    :class:`BatchEngine` (here) prices whole prefills and a virtual decode counter;
+    :class:`sim.step_engine.StepEngine` schedules vLLM V1 steps. Either can sit behind a device or
+    a cloud replica: they take requests with :meth:`submit`, call ``on_done(job)`` when one leaves,
+    ``on_busy(+1 / -1)`` when they start / stop working, and re-price on :meth:`retime`.
+    """
+
+    __slots__ = (
+        "busy",
+        "clock_scale",
+        "finishes",
+        "kv_capacity_tokens",
+        "kv_used",
+        "loop",
+        "max_batch",
+        "name",
+        "on_busy",
+        "on_done",
+        "tpot_s",
+        "waiting",
+    )
+
+    def __init__(self, loop: EventLoop, name: str, kv_capacity_tokens: int, max_batch: int,
+                 on_done: Callable[[Job], Any], on_busy: Callable[[int], Any] | None) -> None:
+        self.loop = loop
+        self.name = name
+        self.kv_capacity_tokens = kv_capacity_tokens
+        self.max_batch = max_batch  # the most requests admitted at once
+        self.on_done = on_done
+        self.on_busy = on_busy  # called with +1 / −1 when the engine starts / stops working
+        self.finishes = False  # True: the last token ends the request (sets its finished_s)
+        self.clock_scale = 1.0
+        self.waiting: deque[Job] = deque()  # submitted, not admitted yet (FIFO)
+        self.kv_used = 0  # KV tokens reserved by admitted requests
+        self.busy = False
+        self.tpot_s = 0.0  # recent time per output token, pauses for others' prefills included
+
+    def submit(self, job: Job) -> None:
+        """A request arrives at the engine (sets its ``engine_queued_s``)."""
+        raise NotImplementedError
+
+    def retime(self, clock_scale: float) -> None:
+        """The clock changed (DVFS): work from now on is stretched by ``clock_scale``."""
+        raise NotImplementedError
+
+    def estimate_s(self, job: Job) -> float:
+        """Rough time from submission to last token for ``job`` given the current state."""
+        raise NotImplementedError
+
+    def in_flight(self) -> int:
+        """Admitted requests: prefilling or decoding."""
+        raise NotImplementedError
+
+    @property
+    def load(self) -> int:
+        return len(self.waiting) + self.in_flight()
+
+
+class BatchEngine(Engine):
     """One continuous-batching engine; ``on_done(job)`` is called when a request leaves it."""
 
     __slots__ = (
@@ -61,17 +124,7 @@ class BatchEngine:
         "_seq",
         "_version",
         "_wake_cb",
-        "busy",
-        "clock_scale",
-        "finishes",
-        "kv_capacity_tokens",
-        "kv_used",
-        "loop",
-        "max_batch",
         "model",
-        "name",
-        "on_busy",
-        "on_done",
         "prefilling",
         "running",
         "steps",
@@ -79,35 +132,22 @@ class BatchEngine:
         "sum_prompt",
         "t_mark",
         "tau_s",
-        "tpot_s",
-        "waiting",
         "waiting_prefill_s",
     )
 
     def __init__(self, loop: EventLoop, name: str, model: StepModel, kv_capacity_tokens: int,
                  max_batch: int, on_done: Callable[[Job], Any],
                  on_busy: Callable[[int], Any] | None = None) -> None:
-        self.loop = loop
-        self.name = name
+        Engine.__init__(self, loop, name, kv_capacity_tokens, max_batch, on_done, on_busy)
         self.model = model
-        self.kv_capacity_tokens = kv_capacity_tokens
-        self.max_batch = max_batch
-        self.on_done = on_done
-        self.on_busy = on_busy  # called with +1 / −1 when the engine starts / stops working
-        self.finishes = False  # True: the last token ends the request (sets its finished_s)
-        self.clock_scale = 1.0
-        self.waiting: deque[Job] = deque()
         self.waiting_prefill_s = 0.0  # estimated prefill seconds queued (for policies)
         self.running: list[tuple[float, int, float, Job]] = []  # (finish_step, seq, join_step, job)
         self.prefilling: Job | None = None
-        self.kv_used = 0
         self.steps = 0.0
         self.t_mark = 0.0
         self.tau_s = math.inf
         self.sum_prompt = 0
         self.sum_join = 0.0
-        self.busy = False
-        self.tpot_s = 0.0  # recent time per output token, pauses for others' prefills included
         self._seq = 0
         self._version = 0
         # the event callbacks, bound once (binding at every push allocates a method object)
@@ -121,9 +161,8 @@ class BatchEngine:
     def batch(self) -> int:
         return len(self.running)
 
-    @property
-    def load(self) -> int:
-        return len(self.waiting) + len(self.running) + (self.prefilling is not None)
+    def in_flight(self) -> int:
+        return len(self.running) + (self.prefilling is not None)
 
     def context_tokens(self) -> int:
         return int(self.sum_prompt + len(self.running) * self.steps - self.sum_join)

@@ -24,10 +24,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sim.batching import BatchEngine, StepModel
+from sim.batching import BatchEngine, Engine, StepModel
 from sim.job import Job
 from sim.loop import EventLoop
 from sim.profiles import CloudProfile, ModelShape
+from sim.service import Draws
+from sim.step_engine import StepEngine
 
 
 def kv_bytes_per_token(m: ModelShape) -> float:
@@ -95,10 +97,15 @@ class Roofline(StepModel):
 
 
 class CloudServer:
-    """``replicas`` continuous-batching engines behind a least-loaded router."""
+    """``replicas`` continuous-batching engines behind a least-loaded router.
+
+    Each replica is a :class:`~sim.batching.BatchEngine` priced by the roofline, or, when the
+    profile has ``server.step``, a :class:`~sim.step_engine.StepEngine` with that step-time model
+    (vLLM V1 steps, the vision encoder inside them); the KV capacity follows from memory either way.
+    """
 
     def __init__(self, loop: EventLoop, name: str, profile: CloudProfile, replicas: int,
-                 on_done: Callable[[Job], Any]) -> None:
+                 on_done: Callable[[Job], Any], seed: str = "") -> None:
         self.loop = loop
         self.name = name
         self.placement = f"cloud:{name}"
@@ -106,9 +113,12 @@ class CloudServer:
         self.model = Roofline(profile)
         self.kv_capacity_tokens = kv_capacity_tokens(profile)
         self.preprocess_s_per_pixel = profile.server.preprocess_s_per_mpixel / 1e6
-        self.replicas = [
+        step = profile.server.step
+        self.replicas: list[Engine] = [
             BatchEngine(loop, f"{name}/{i}", self.model, self.kv_capacity_tokens,
-                        profile.server.max_batch, on_done)
+                        profile.server.max_batch, on_done) if step is None else
+            StepEngine(loop, f"{name}/{i}", step, self.kv_capacity_tokens, on_done, None, True,
+                       Draws(f"{seed}:cloud:{name}/{i}:step"))
             for i in range(replicas)
         ]
         self.single = replicas == 1
@@ -119,7 +129,7 @@ class CloudServer:
     def preprocess_s(self, job: Job) -> float:
         return job.source_pixels * self.preprocess_s_per_pixel
 
-    def pick(self) -> BatchEngine:
+    def pick(self) -> Engine:
         """The least-loaded replica (the first among equals)."""
         reps = self.replicas
         if len(reps) == 1:

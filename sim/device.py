@@ -7,6 +7,10 @@ A local request walks::
 
 An offloaded one goes over the device's link instead (see :mod:`sim.network`, :mod:`sim.cloud`).
 
+The engine is a :class:`~sim.batching.BatchEngine` priced by the prefill and decode-step stage
+models, or, when the profile has ``llm.step``, a :class:`~sim.step_engine.StepEngine` (vLLM V1
+steps; the vision encoder runs inside them unless the profile has an ``encode`` stage).
+
 **Power** is piecewise constant: ``base_w`` plus each unit's idle power, plus for every busy server
 its ``active_w − idle_w`` times the DVFS level's ``power_scale``. Whenever a unit starts or stops
 work the device integrates its RC thermal node, its energy and time-at-level exactly up to now and
@@ -27,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from edgeserve.records import DeviceSample, Outcome
-from sim.batching import BatchEngine, StepModel
+from sim.batching import BatchEngine, Engine, StepModel
 from sim.cloud import CloudServer
 from sim.config import LinkConfig
 from sim.job import Job
@@ -35,6 +39,7 @@ from sim.loop import EventLoop
 from sim.network import Link
 from sim.profiles import CPU_STAGE_NAMES, DeviceProfile, GovernorKind, StageName
 from sim.service import Draws, ServiceTime, mean_of_sum
+from sim.step_engine import StepEngine
 from sim.thermal import PowerAllocatorGovernor, StepWiseGovernor, ThermalNode
 
 RADIO_W = 1.5  # assumed radio power while a transfer is on air (Wi-Fi/5G class)
@@ -112,12 +117,18 @@ class Device:
         self._enc_done_cb: Callable[[Any], None] = self._enc_done
         self._downlinked_cb: Callable[[Any], None] = self._downlinked
         self._outcome_ok = Outcome.OK
-        self.engine = BatchEngine(
-            loop, f"{name}/llm",
-            LocalModel(ServiceTime(st[StageName.PREFILL].model, draws("prefill")),
-                       ServiceTime(st[StageName.DECODE_STEP].model, draws("decode_step"))),
-            profile.llm.kv_capacity_tokens, profile.llm.max_batch, on_finished,
-            functools.partial(self._busy_delta, self._llm_u))
+        llm = profile.llm
+        llm_busy = functools.partial(self._busy_delta, self._llm_u)
+        self.engine: Engine
+        if llm.step is not None:  # vLLM V1 steps; the encoder runs in them unless it has a stage
+            self.engine = StepEngine(loop, f"{name}/llm", llm.step, llm.kv_capacity_tokens,
+                                     on_finished, llm_busy, enc is None, draws("step"))
+        else:
+            self.engine = BatchEngine(
+                loop, f"{name}/llm",
+                LocalModel(ServiceTime(st[StageName.PREFILL].model, draws("prefill")),
+                           ServiceTime(st[StageName.DECODE_STEP].model, draws("decode_step"))),
+                llm.kv_capacity_tokens, llm.max_batch, on_finished, llm_busy)
         self.variants: dict[str, BatchEngine] = {}
         for vname, v in profile.llm_variants.items():
             unit = names.index(v.unit)
@@ -201,7 +212,7 @@ class Device:
     def running(self) -> int:
         n = (self.cores - len(self._free_cores)) + (self.enc_servers - self._enc_free)
         for e in (self.engine, *self.variants.values()):
-            n += e.batch + (e.prefilling is not None)
+            n += e.in_flight()
         return n
 
     @property
@@ -219,10 +230,10 @@ class Device:
         engine = self.engine  # queue_len and running, inlined
         queue = len(self.cpu_queue) + len(self.enc_queue) + len(engine.waiting)
         running = (self.cores - len(self._free_cores)) + (self.enc_servers - self._enc_free) \
-            + len(engine.running) + (engine.prefilling is not None)
+            + engine.in_flight()
         for e in self.variants.values():
             queue += len(e.waiting)
-            running += len(e.running) + (e.prefilling is not None)
+            running += e.in_flight()
         return DeviceSample(
             t_s=now, device=self.name, temp_c=self.thermal.temp_c, clock_level=level,
             clock_scale=self.scale, power_w=self.power_w, battery_wh=battery_wh,

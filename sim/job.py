@@ -16,6 +16,7 @@ class Job:
     """
 
     __slots__ = (
+        "cached_tokens",
         "device",
         "engine",
         "image_tokens",
@@ -36,6 +37,7 @@ class Job:
         image_tokens: int,
         prompt_tokens: int,
         output_tokens: int,
+        cached_tokens: int = 0,
     ) -> None:
         self.rec = rec
         self.device = device
@@ -44,6 +46,7 @@ class Job:
         self.image_tokens = image_tokens
         self.prompt_tokens = prompt_tokens
         self.output_tokens = output_tokens
+        self.cached_tokens = cached_tokens  # prompt tokens found in the engine's prefix cache
         self.tag = 0.0  # engine-private bookkeeping (the nominal prefill seconds)
         self.engine: Any = (
             None  # a device's alternative engine (model downgrade); None: the main one

@@ -35,6 +35,7 @@ HOT = (
     "loop",
     "job",
     "batching",
+    "step_engine",
     "device",
     "cloud",
     "network",

@@ -175,16 +175,68 @@ class BatteryConfig:
         fraction(self.low_fraction, "low_fraction")
 
 
+#: What one vLLM V1 engine step's time depends on (linear coefficients in ``StepTimeModel.per``).
+STEP_FEATURES = (
+    "prefill_tokens",  # prompt tokens computed in the step (chunks; cached prefixes not counted)
+    "decode_tokens",  # requests past their prefill: one token each
+    "context_tokens",  # KV tokens the step's requests hold after it (what attention reads)
+    "encoder_tokens",  # image tokens encoded inside the step (no separate encoder unit)
+)
+
+
+@dataclass(slots=True, frozen=True)
+class StepTimeModel:
+    """A vLLM V1 engine, step by step (:mod:`sim.step_engine`): its scheduler limits and step time.
+
+    One step takes ``base_s + Σ per[f] · f`` seconds at clock scale 1 (features
+    :data:`STEP_FEATURES`), times a lognormal factor of mean 1 and coefficient of variation ``cv``
+    (0: deterministic). ``edgeserve calibrate`` fits the coefficients from the real engine's
+    per-step records and takes the limits from its configuration.
+    """
+
+    base_s: float = 0.0
+    per: dict[str, float] = field(default_factory=dict)
+    cv: float = 0.0
+    max_num_batched_tokens: int = 2048  # token budget of one step
+    max_num_seqs: int = 16  # requests running at once (edgeserve's engine default)
+    block_size_tokens: int = 128  # KV block (vLLM's CPU backend)
+
+    def __post_init__(self) -> None:
+        non_negative(self.base_s, "base_s")
+        for k, v in self.per.items():
+            require(k in STEP_FEATURES, f"per.{k}",
+                    f"unknown feature (known: {', '.join(STEP_FEATURES)})")
+            non_negative(v, f"per.{k}")
+        non_negative(self.cv, "cv")
+        positive(self.max_num_batched_tokens, "max_num_batched_tokens")
+        positive(self.max_num_seqs, "max_num_seqs")
+        positive(self.block_size_tokens, "block_size_tokens")
+        require(self.max_num_batched_tokens >= self.max_num_seqs, "max_num_batched_tokens",
+                f"must be >= max_num_seqs ({self.max_num_seqs}): every running request's decode "
+                f"token must fit in a step, got {self.max_num_batched_tokens}")
+
+
 @dataclass(slots=True, frozen=True)
 class LocalLlmConfig:
-    """The device's own continuous-batching engine."""
+    """The device's own engine.
+
+    Without ``step`` it is a :class:`~sim.batching.BatchEngine` priced by the ``prefill`` and
+    ``decode_step`` stage models, at most ``max_batch`` requests at once. With ``step`` it is a
+    :class:`~sim.step_engine.StepEngine` (vLLM V1 steps); then ``step.max_num_seqs`` caps the
+    running set and ``max_batch`` and the two stage models are not used by the engine.
+    """
 
     kv_capacity_tokens: int = 8192
     max_batch: int = 8
+    step: StepTimeModel | None = None
 
     def __post_init__(self) -> None:
         positive(self.kv_capacity_tokens, "kv_capacity_tokens")
         positive(self.max_batch, "max_batch")
+        if self.step is not None:
+            require(self.kv_capacity_tokens >= self.step.block_size_tokens, "kv_capacity_tokens",
+                    f"must hold at least one KV block ({self.step.block_size_tokens} tokens), "
+                    f"got {self.kv_capacity_tokens}")
 
 
 @dataclass(slots=True, frozen=True)
@@ -300,6 +352,9 @@ class ServerConfig:
     preprocess_s_per_mpixel: float = 0.004  # server-side image work (fast CPUs, many of them)
     encode_s_per_image_token: float = 2e-5
     activation_reserve_gb: float = 2.0  # memory not available to KV besides weights
+    # replicas as vLLM V1 step engines with this time model (None: the roofline BatchEngine);
+    # KV capacity still follows from memory, step.max_num_seqs replaces max_batch
+    step: StepTimeModel | None = None
 
     def __post_init__(self) -> None:
         require(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization", "must be in (0, 1]")

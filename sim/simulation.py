@@ -83,7 +83,8 @@ class Simulation:
         self.writer: TraceWriter | None = None
         seed_s = str(self.seed)
         self.clouds: dict[str, CloudServer] = {
-            c.name: CloudServer(self.loop, c.name, c.profile, c.replicas, self._cloud_done)
+            c.name: CloudServer(self.loop, c.name, c.profile, c.replicas, self._cloud_done,
+                                seed_s)
             for c in scenario.cloud
         }
         default_cloud = next(iter(self.clouds.values()), None)

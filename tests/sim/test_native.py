@@ -22,7 +22,7 @@ import sys
 import sim.native, sim.device
 from sim.config import load_scenario
 from sim.simulation import Simulation
-sc = load_scenario({scenario!r}, [("requests", 6000), ("duration_s", None)])
+sc = load_scenario({scenario!r}, [("requests", 6000), ("duration_s", None), *{sets!r}])
 Simulation(sc, policy={policy!r}, trace_path=sys.argv[1]).run()
 print("compiled" if sim.device.__file__.endswith(sim.native.EXT) else "pure", sim.native.ACTIVE)
 """
@@ -129,20 +129,29 @@ def compiled_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+# vLLM V1 step engines (sim/step_engine.py) on the Jetsons and the cloud GPU, with step noise
+_STEP = {"base_s": 0.018, "cv": 0.1, "max_num_seqs": 8,
+         "per": {"prefill_tokens": 6e-4, "decode_tokens": 0.002, "context_tokens": 2e-7}}
+_STEPS = [("devices[0].profile.llm.step", _STEP),
+          ("cloud[0].profile.server.step", dict(_STEP, max_num_seqs=64, base_s=0.01))]
+
+
 @pytest.mark.parametrize(
-    ("scenario", "policy"),
+    ("scenario", "policy", "sets"),
     [
-        (None, None),  # the default scenario, predicted latency (the benchmark's run)
-        (None, "always_local"),
-        ("camera-deadlines", "frame_drop"),
-        ("camera-deadlines", "model_downgrade"),
+        (None, None, []),  # the default scenario, predicted latency (the benchmark's run)
+        (None, "always_local", []),
+        ("camera-deadlines", "frame_drop", []),
+        ("camera-deadlines", "model_downgrade", []),
+        (None, None, _STEPS),
     ],
 )
 def test_compiled_and_pure_write_identical_traces(
-    tmp_path: Path, compiled_root: Path, scenario: str | None, policy: str | None
+    tmp_path: Path, compiled_root: Path, scenario: str | None, policy: str | None,
+    sets: list[tuple[str, object]]
 ) -> None:
     root = compiled_root
-    code = _RUN.format(scenario=scenario, policy=policy)
+    code = _RUN.format(scenario=scenario, policy=policy, sets=sets)
     out = {}
     for mode, env in (("compiled", {}), ("pure", {native.ENV_PURE: "1"})):
         trace = tmp_path / f"{mode}.jsonl"

@@ -1,0 +1,338 @@
+"""A vLLM V1 engine, step by step: chunked prefill and decode tokens mixed under a token budget.
+
+vLLM V1 does not run "a prefill" and then "a decode batch". It runs *steps*. Before each step its
+scheduler fills a budget of ``max_num_batched_tokens`` tokens:
+
+1. every running request past its prefill gets one decode token;
+2. a running request whose prompt is only partly computed gets its next chunk, as much of the
+   rest of its prompt as the budget still holds;
+3. then waiting requests are admitted in arrival order (FCFS) while budget is left, fewer than
+   ``max_num_seqs`` requests run and the KV cache has blocks for them; each gets a first chunk of
+   its prompt, cut off where the budget ends (chunked prefill).
+
+A request's first token comes out at the end of the step that computes the last token of its
+prompt; from the next step on it decodes one token per step. Picture a budget of 2048 tokens,
+request A decoding, B (a 3000-token prompt) and C (600 tokens) arriving together::
+
+    step  decode   prefill chunks             tokens
+     1    A        B[0:2047]                  1 + 2047 = 2048
+     2    A        B[2047:3000]  C[0:600]     1 + 953 + 600 = 1554   ← B's and C's first tokens
+     3    A B C    —                          3
+
+So a long prompt no longer stalls decoding (A gets a token every step), but it makes the steps
+it rides in longer. A step takes, at clock scale 1::
+
+    step_s = base_s + per[prefill_tokens]·prefill_tokens + per[decode_tokens]·decode_tokens
+           + per[context_tokens]·context_tokens + per[encoder_tokens]·encoder_tokens
+
+- ``prefill_tokens``: prompt tokens computed in the step (a prefix-cache hit of
+  ``job.cached_tokens`` is not computed: the prefill starts there; at least one prompt token is
+  always computed, as in vLLM),
+- ``decode_tokens``: requests decoding in the step,
+- ``context_tokens``: KV tokens the step's requests hold at its end (cached prefix included):
+  what attention reads,
+- ``encoder_tokens``: image tokens of requests whose first chunk is in the step, when the vision
+  encoder runs inside the engine step (``encoder_in_step``: a device without its own ``encode``
+  stage, a cloud GPU); a device that encodes on its own unit submits encoded requests.
+
+The step time is stretched by the DVFS ``clock_scale`` in force when the step starts (a step in
+progress keeps its end) and optionally spread by a lognormal factor of mean 1 (``cv``).
+
+**KV cache.** Blocks of ``block_size_tokens``. A request is admitted only when blocks for its
+whole sequence (prompt + output tokens, rounded up to blocks) are free, and keeps them until it
+finishes. vLLM allocates blocks lazily as tokens are scheduled and preempts (recomputes) a request
+when they run out; reserving up front needs no preemption, at the price of admitting fewer
+requests than vLLM when the cache is nearly full. Cached prefix blocks are not shared here.
+
+**Cost.** One event per step, whatever the number of requests in it: decode tokens, context
+growth and finishes are running sums and a heap keyed by the step a request finishes in, so a
+step costs O(1) plus O(log n) per request that joins or leaves. A request of ``n`` output tokens
+running alone costs ``n`` events plus one per extra prefill chunk; ``b`` requests decoding
+together share theirs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from heapq import heappop, heappush
+from typing import Any, NamedTuple
+
+from edgeserve.records import Outcome
+from sim.batching import Engine
+from sim.job import Job
+from sim.loop import EventLoop
+from sim.profiles import ServiceKind, ServiceModelConfig, StepTimeModel
+from sim.service import Draws, ServiceTime
+
+
+class Step(NamedTuple):
+    """What one engine step held, for ``StepEngine.on_step`` (tests, step traces)."""
+
+    start_s: float
+    duration_s: float
+    prefill_tokens: int
+    decode_tokens: int
+    context_tokens: int
+    encoder_tokens: int
+
+
+def first_computed(job: Job) -> int:
+    """Prompt tokens already in KV when ``job``'s prefill starts: its prefix-cache hit, leaving at
+    least one prompt token to compute (vLLM recomputes the last token of a fully cached prompt)."""
+    start = job.cached_tokens
+    p = job.prompt_tokens
+    if start >= p:
+        start = p - 1 if p > 0 else 0
+    return start if start > 0 else 0
+
+
+class StepEngine(Engine):
+    """A vLLM V1-style engine for a device or a cloud replica; see the module docstring."""
+
+    __slots__ = (
+        "_base",
+        "_block",
+        "_c_context",
+        "_c_decode",
+        "_c_encoder",
+        "_c_prefill",
+        "_ctx_decoding",
+        "_kick_cb",
+        "_kv_cap",
+        "_noise",
+        "_noisy",
+        "_partial",
+        "_partial_done",
+        "_seq",
+        "_step_cb",
+        "_step_decode",
+        "_waiting_images",
+        "_waiting_tokens",
+        "budget",
+        "decoding",
+        "encoder_in_step",
+        "on_step",
+        "prefills",
+        "step_end_s",
+        "stepping",
+        "steps",
+    )
+
+    def __init__(self, loop: EventLoop, name: str, model: StepTimeModel, kv_capacity_tokens: int,
+                 on_done: Callable[[Job], Any], on_busy: Callable[[int], Any] | None = None,
+                 encoder_in_step: bool = False, draws: Draws | None = None) -> None:
+        Engine.__init__(self, loop, name, kv_capacity_tokens, model.max_num_seqs, on_done,
+                        on_busy)
+        self.budget = model.max_num_batched_tokens
+        self._block = b = model.block_size_tokens
+        self._kv_cap = kv_capacity_tokens // b * b  # whole blocks only
+        per = model.per
+        self._base = model.base_s
+        self._c_prefill = per.get("prefill_tokens", 0.0)
+        self._c_decode = per.get("decode_tokens", 0.0)
+        self._c_context = per.get("context_tokens", 0.0)
+        self._c_encoder = per.get("encoder_tokens", 0.0)
+        self._noisy = model.cv > 0
+        self._noise = ServiceTime(ServiceModelConfig(kind=ServiceKind.LOGNORMAL, cv=model.cv),
+                                  draws if draws is not None else Draws(f"{name}:step"))
+        self.encoder_in_step = encoder_in_step
+        # running requests: decoding ones on a heap by the step their last token comes in;
+        # this step's prefill chunks in FCFS order, the last of them perhaps partial
+        self.decoding: list[tuple[int, int, Job]] = []  # (finish step, seq, job)
+        self.prefills: list[Job] = []
+        self._partial: Job | None = None  # prompt not finished by the running step
+        self._partial_done = 0  # its prompt tokens in KV at the end of the running step
+        self._ctx_decoding = 0  # KV tokens of the decoding requests after the last step
+        self._step_decode = 0  # decode tokens of the running step
+        self._waiting_tokens = 0  # prompt tokens the waiting requests still have to compute
+        self._waiting_images = 0  # their image tokens
+        self._seq = 0
+        self.steps = 0  # steps run (the running one included)
+        self.stepping = False  # a step is running or about to start (else the engine is idle)
+        self.step_end_s = 0.0
+        self.on_step: Callable[[Step], Any] | None = None  # called as each step starts
+        self._step_cb: Callable[[Any], None] = self._on_step
+        self._kick_cb: Callable[[Any], None] = self._kick
+
+    # ---- state for policies and the UI -------------------------------------------------
+    @property
+    def batch(self) -> int:
+        """Requests decoding."""
+        return len(self.decoding)
+
+    def in_flight(self) -> int:
+        return len(self.decoding) + len(self.prefills)
+
+    def estimate_s(self, job: Job) -> float:
+        """Rough time from submission to last token for ``job`` given the current state: the
+        prompt tokens queued ahead (FCFS) and its own, in steps that also carry the decoders'
+        tokens, then its decode steps (or the recently observed time per output token, if that is
+        longer). Admission waits for a free slot or KV blocks are not foreseen."""
+        partial = self._partial
+        decoders = len(self.decoding) + len(self.prefills) - (partial is not None)
+        tokens = self._waiting_tokens + job.prompt_tokens - first_computed(job)
+        if partial is not None:
+            tokens += partial.prompt_tokens - self._partial_done
+        room = self.budget - decoders
+        if room < 1:
+            room = 1
+        n_prefill = (tokens + room - 1) // room
+        if n_prefill < 1:
+            n_prefill = 1
+        ctx = self._ctx_decoding + job.prompt_tokens
+        t = n_prefill * (self._base + self._c_decode * decoders + self._c_context * ctx) \
+            + self._c_prefill * tokens
+        if self.encoder_in_step:
+            t += self._c_encoder * (self._waiting_images + job.image_tokens)
+        b = len(self.decoding) + len(self.prefills) + len(self.waiting) + 1
+        if b > self.max_batch:
+            b = self.max_batch
+        scale = self.clock_scale
+        step = (self._base + self._c_decode * b + self._c_context * (ctx + b)) * scale
+        if decoders and self.tpot_s > step:  # steps are being stretched by others' prefills
+            step = self.tpot_s
+        t = t * scale + (job.output_tokens - 1) * step
+        if self.stepping:
+            left = self.step_end_s - self.loop.now
+            if left > 0.0:
+                t += left
+        return t
+
+    # ---- events -------------------------------------------------------------------------
+    def submit(self, job: Job) -> None:
+        rec = job.rec
+        rec.engine_queued_s = self.loop.now
+        b = self._block
+        need = (job.prompt_tokens + job.output_tokens + b - 1) // b * b
+        if need > self._kv_cap:
+            rec.outcome = Outcome.FAILED
+            rec.error = f"sequence of {job.prompt_tokens + job.output_tokens} tokens " \
+                        f"({need // b} blocks of {b}) exceeds " \
+                        f"the KV cache ({self.kv_capacity_tokens} tokens) of {self.name}"
+            self.on_done(job)
+            return
+        self.waiting.append(job)
+        self._waiting_tokens += job.prompt_tokens - first_computed(job)
+        self._waiting_images += job.image_tokens
+        if not self.stepping:  # else the scheduler sees it when the running step ends
+            # an idle engine schedules at the end of this instant, as vLLM drains its input queue
+            # before scheduling: requests submitted at the same time share the first step
+            self.stepping = True
+            self.loop.at(self.loop.now, self._kick_cb, None)
+
+    def retime(self, clock_scale: float) -> None:
+        """The clock changed (DVFS): steps started from now on are stretched by ``clock_scale``
+        (the running step keeps its end)."""
+        self.clock_scale = clock_scale
+
+    def _kick(self, arg: Any) -> None:
+        self._start_step(self.loop.now)
+
+    def _start_step(self, now: float) -> None:
+        """Schedule the next step from the running set and the waiting queue, or go idle."""
+        budget = self.budget
+        n_dec = len(self.decoding)
+        budget -= n_dec  # (max_num_batched_tokens >= max_num_seqs: every decoder fits)
+        ctx = self._ctx_decoding + n_dec
+        prefills = self.prefills
+        prefill = 0
+        enc = 0
+        job = self._partial
+        if job is not None:  # the prompt chunked over the previous steps goes on first
+            done = self._partial_done
+            chunk = job.prompt_tokens - done
+            if chunk > budget:
+                chunk = budget
+            else:
+                self._partial = None  # its last chunk: first token at this step's end
+            self._partial_done = done = done + chunk
+            prefill = chunk
+            ctx += done
+            budget -= chunk
+            prefills.append(job)
+        waiting = self.waiting
+        max_seqs = self.max_batch
+        b = self._block
+        while budget > 0 and waiting and n_dec + len(prefills) < max_seqs:
+            job = waiting[0]
+            p = job.prompt_tokens
+            need = (p + job.output_tokens + b - 1) // b * b
+            if self.kv_used + need > self._kv_cap:
+                break  # FCFS: the head waits for blocks, and everyone behind it
+            waiting.popleft()
+            self.kv_used += need
+            start = first_computed(job)
+            chunk = p - start
+            self._waiting_tokens -= chunk
+            self._waiting_images -= job.image_tokens
+            if chunk > budget:
+                chunk = budget
+                self._partial = job
+                self._partial_done = start + chunk
+            prefill += chunk
+            ctx += start + chunk
+            budget -= chunk
+            if self.encoder_in_step:
+                enc += job.image_tokens
+            prefills.append(job)
+        if not prefills and not n_dec:
+            self.stepping = False
+            if self.busy:
+                self.busy = False
+                if self.on_busy is not None:
+                    self.on_busy(-1)
+            return
+        d = (self._base + self._c_prefill * prefill + self._c_decode * n_dec
+             + self._c_context * ctx + self._c_encoder * enc) * self.clock_scale
+        if self._noisy:
+            d = self._noise.draw(d)
+        self._step_decode = n_dec
+        self.steps += 1
+        self.stepping = True
+        if not self.busy:
+            self.busy = True
+            if self.on_busy is not None:
+                self.on_busy(1)
+        self.step_end_s = end = now + d
+        if self.on_step is not None:
+            self.on_step(Step(now, d, prefill, n_dec, ctx, enc))
+        self.loop.at(end, self._step_cb, None)
+
+    def _on_step(self, arg: Any) -> None:
+        """The running step ended: its decoders got a token, its completed prompts their first."""
+        now = self.loop.now
+        t = self.steps
+        self._ctx_decoding += self._step_decode
+        decoding = self.decoding
+        while decoding and decoding[0][0] <= t:
+            job = heappop(decoding)[2]
+            self._ctx_decoding -= job.prompt_tokens + job.output_tokens - 1
+            self._finish(job, now)
+        partial = self._partial
+        prefills = self.prefills
+        for job in prefills:
+            if job is partial:
+                continue
+            job.rec.first_token_s = now
+            out = job.output_tokens
+            if out <= 1:
+                self._finish(job, now)
+            else:
+                self._seq = seq = self._seq + 1
+                heappush(decoding, (t + out - 1, seq, job))
+                self._ctx_decoding += job.prompt_tokens
+        prefills.clear()
+        self._start_step(now)
+
+    def _finish(self, job: Job, now: float) -> None:
+        out = job.output_tokens
+        b = self._block
+        self.kv_used -= (job.prompt_tokens + out + b - 1) // b * b
+        rec = job.rec
+        rec.last_token_s = now
+        if self.finishes:
+            rec.finished_s = now
+        if out > 1:
+            tpot = (now - rec.first_token_s) / (out - 1)  # type: ignore[operator]
+            self.tpot_s += 0.1 * (tpot - self.tpot_s)
+        self.on_done(job)

@@ -1,0 +1,306 @@
+"""The vLLM V1 step engine: exact timelines of chunked prefill, mixed steps, limits and KV blocks.
+
+Unless a test says otherwise, a step costs 0.1 s + 1 ms per prefill token + 10 ms per decode
+token (context and encoder tokens free), the budget is 1000 tokens per step and KV blocks hold
+100 tokens. Timelines are ``(request, queued, first token, last token)``; steps are
+``(start, duration, prefill tokens, decode tokens, context tokens, encoder tokens)``.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+from typing import Any
+
+import pytest
+
+from edgeserve.records import Outcome, RequestRecord
+from sim.batching import BatchEngine
+from sim.config import PROFILE_DIR, load_scenario, scenario_from_raw
+from sim.job import Job
+from sim.loop import EventLoop
+from sim.profiles import StepTimeModel
+from sim.schema import ConfigError, load_yaml
+from sim.simulation import Simulation
+from sim.step_engine import StepEngine
+from tests.sim.conftest import one_core_profile
+
+PER = {"prefill_tokens": 0.001, "decode_tokens": 0.01, "context_tokens": 0.0,
+       "encoder_tokens": 0.0}
+
+
+def model(**kw: Any) -> StepTimeModel:
+    args: dict[str, Any] = {"base_s": 0.1, "per": PER, "max_num_batched_tokens": 1000,
+                            "max_num_seqs": 8, "block_size_tokens": 100}
+    args.update(kw)
+    return StepTimeModel(**args)
+
+
+def job(name: str, t: float, prompt: int, out: int, image: int = 0, cached: int = 0) -> Job:
+    return Job(RequestRecord(id=name, arrived_s=t), None, 0, 0, image, prompt, out, cached)
+
+
+class Run:
+    """One engine fed ``jobs`` at their arrival times; :meth:`run` runs it to the end."""
+
+    def __init__(self, jobs: list[Job], m: StepTimeModel | None = None, kv_tokens: int = 100_000,
+                 encoder_in_step: bool = False) -> None:
+        self.loop = loop = EventLoop()
+        self.log: list[tuple[Any, ...]] = []
+        self.errors: list[str | None] = []
+        self.steps: list[tuple[float, ...]] = []
+        self.engine = e = StepEngine(loop, "e", m or model(), kv_tokens, self._done,
+                                     encoder_in_step=encoder_in_step)
+        e.on_step = lambda s: self.steps.append((round(s.start_s, 9), round(s.duration_s, 9),
+                                                 *s[2:]))
+        for j in jobs:
+            loop.at(j.rec.arrived_s, lambda j: e.submit(j), j)
+
+    def run(self) -> Run:
+        self.loop.run_until(1000.0)
+        return self
+
+    def _done(self, j: Job) -> None:
+        r = j.rec
+        if r.outcome is not Outcome.OK:
+            self.log.append((r.id, r.outcome.value))
+            self.errors.append(r.error)
+            return
+        self.log.append((r.id, r.engine_queued_s, round(r.first_token_s or 0.0, 9),
+                         round(r.last_token_s or 0.0, 9)))
+
+
+def test_a_prompt_longer_than_the_budget_is_chunked_and_its_first_token_ends_the_last_chunk() -> None:
+    # 2500 tokens in chunks of 1000, 1000, 500 (1.1 + 1.1 + 0.6 s), then 2 decode steps of 0.11 s
+    r = Run([job("a", 0.0, 2500, 3)]).run()
+    assert r.log == [("a", 0.0, 2.8, 3.02)]
+    assert r.steps == [
+        (0.0, 1.1, 1000, 0, 1000, 0),
+        (1.1, 1.1, 1000, 0, 2000, 0),
+        (2.2, 0.6, 500, 0, 2500, 0),
+        (2.8, 0.11, 0, 1, 2501, 0),
+        (2.91, 0.11, 0, 1, 2502, 0),
+    ]
+
+
+def test_decode_tokens_ride_in_the_steps_of_another_requests_prefill_chunks() -> None:
+    # a's prompt is one step (0.2 s). b arrives during it and starts at the next step boundary:
+    # each of its two chunks (999 = budget − a's decode token, then 501) shares its step with a
+    # decode token of a, which pays for both (0.1 + 0.999 + 0.01, 0.1 + 0.501 + 0.01). Decoding
+    # never pauses: a gets a token every step, and both finish in the first all-decode step.
+    r = Run([job("a", 0.0, 100, 4), job("b", 0.15, 1500, 2)]).run()
+    assert r.steps == [
+        (0.0, 0.2, 100, 0, 100, 0),
+        (0.2, 1.109, 999, 1, 101 + 999, 0),
+        (1.309, 0.611, 501, 1, 102 + 1500, 0),
+        (1.92, 0.12, 0, 2, 103 + 1501, 0),
+    ]
+    assert r.log == [("a", 0.0, 0.2, 2.04), ("b", 0.15, 1.92, 2.04)]
+
+
+def test_short_prompts_share_one_step_up_to_the_budget_in_arrival_order() -> None:
+    # a, b and c arrive together: a (600) and the first 400 tokens of b fill step 1; b's last 200
+    # and c (300) share step 2 with a's first decode token.
+    r = Run([job("a", 0.0, 600, 2), job("b", 0.0, 600, 2), job("c", 0.0, 300, 2)]).run()
+    assert [s[2:4] for s in r.steps] == [(1000, 0), (500, 1), (0, 2)]
+    assert r.log == [("a", 0.0, 1.1, 1.71), ("b", 0.0, 1.71, 1.83), ("c", 0.0, 1.71, 1.83)]
+
+
+def test_max_num_seqs_caps_the_running_set_and_the_next_request_waits_for_a_finish() -> None:
+    r = Run([job("a", 0.0, 100, 3), job("b", 0.0, 100, 2)], model(max_num_seqs=1)).run()
+    assert r.log == [("a", 0.0, 0.2, 0.42), ("b", 0.0, 0.62, 0.73)]
+    assert [s[2:4] for s in r.steps] == [(100, 0), (0, 1), (0, 1), (100, 0), (0, 1)]
+
+
+def test_a_prefix_cache_hit_is_not_computed() -> None:
+    # 1200 of 2500 prompt tokens cached: 1300 computed (1000 + 300), 1.3 s sooner than uncached;
+    # attention still reads the cached prefix (context from 2200)
+    r = Run([job("a", 0.0, 2500, 3, cached=1200)]).run()
+    assert r.log == [("a", 0.0, 1.5, 1.72)]
+    assert r.steps[:2] == [(0.0, 1.1, 1000, 0, 2200, 0), (1.1, 0.4, 300, 0, 2500, 0)]
+    # a prompt found whole in the cache still computes its last token (as vLLM does)
+    whole = Run([job("w", 0.0, 2500, 1, cached=2500)]).run()
+    assert whole.steps == [(0.0, 0.101, 1, 0, 2500, 0)]
+    assert whole.log == [("w", 0.0, 0.101, 0.101)]
+
+
+def test_a_request_whose_kv_blocks_do_not_fit_waits_until_blocks_are_freed() -> None:
+    # 1000 tokens of KV = 10 blocks of 100. a needs 5 (450 + 3 tokens), b 6 (500 + 20): b waits
+    # although step 1 has budget left, and starts in the step after a's last token.
+    r = Run([job("a", 0.0, 450, 3), job("b", 0.0, 500, 20)], kv_tokens=1000)
+    probe: list[tuple[int, int]] = []
+    r.loop.at(0.1, lambda _: probe.append((len(r.engine.waiting), r.engine.kv_used)))
+    r.run()
+    assert probe == [(1, 500)]  # b waits; a holds its 5 blocks
+    assert r.log == [("a", 0.0, 0.55, 0.77), ("b", 0.0, 1.37, round(1.37 + 19 * 0.11, 9))]
+    assert r.engine.kv_used == 0
+
+
+def test_a_sequence_larger_than_the_whole_cache_fails_with_a_reason() -> None:
+    # 1050 tokens of KV are 10 whole blocks; 950 + 60 tokens need 11
+    r = Run([job("big", 0.0, 950, 60)], kv_tokens=1050).run()
+    assert r.log == [("big", "failed")] and r.steps == []
+    assert r.errors == ["sequence of 1010 tokens (11 blocks of 100) exceeds the KV cache "
+                        "(1050 tokens) of e"]
+    assert r.engine.kv_used == 0
+
+
+@pytest.mark.parametrize(("in_step", "first", "last", "encoder"), [
+    (True, 4.1, 4.21, [1200, 0, 0]),  # the encoder runs in the step of the first chunk only
+    (False, 1.7, 1.81, [0, 0, 0]),  # encoded on its own unit before the request got here
+])
+def test_encoder_tokens_are_charged_in_the_step_of_the_first_chunk(
+        in_step: bool, first: float, last: float, encoder: list[int]) -> None:
+    # 2 ms per image token: step 1 = 0.1 + 1000 × 1 ms + 1200 × 2 ms = 3.5 s when encoding in it
+    per = {**PER, "encoder_tokens": 0.002}
+    r = Run([job("a", 0.0, 1500, 2, image=1200)], model(per=per), encoder_in_step=in_step).run()
+    assert r.log == [("a", 0.0, first, last)]
+    assert [s[5] for s in r.steps] == encoder
+
+
+def test_a_clock_change_stretches_the_steps_started_after_it() -> None:
+    # steps of 0.2 (prefill), then 0.11 each; at 0.25 the clock slows to scale 2: the running
+    # step keeps its end (0.31), the two after it take 0.22 s.
+    r = Run([job("a", 0.0, 100, 4)])
+    r.loop.at(0.25, lambda _: r.engine.retime(2.0))
+    r.run()
+    assert [s[:2] for s in r.steps] == [(0.0, 0.2), (0.2, 0.11), (0.31, 0.22), (0.53, 0.22)]
+    assert r.log == [("a", 0.0, 0.2, 0.75)]
+
+
+def test_context_tokens_price_the_kv_the_step_reads() -> None:
+    # 1 µs per context token: the decode steps of a 1000-token prompt read 1001, 1002 tokens
+    per = {**PER, "context_tokens": 1e-6}
+    r = Run([job("a", 0.0, 1000, 3)], model(per=per)).run()
+    assert [s[1] for s in r.steps] == [1.101, 0.111001, 0.111002]
+
+
+def test_busy_accounting_brackets_the_steps() -> None:
+    loop = EventLoop()
+    busy: list[tuple[float, int]] = []
+    e = StepEngine(loop, "e", model(), 10_000, lambda j: None,
+                   lambda d: busy.append((round(loop.now, 9), d)))
+    loop.at(0.0, lambda _: e.submit(job("a", 0.0, 100, 2)))
+    loop.at(5.0, lambda _: e.submit(job("b", 5.0, 100, 1)))
+    loop.run_until(100.0)
+    assert busy == [(0.0, 1), (0.31, -1), (5.0, 1), (5.2, -1)]
+    assert e.steps == 3 and e.in_flight() == 0 and e.load == 0
+
+
+def test_step_noise_has_the_model_mean_and_spread_and_is_reproducible() -> None:
+    def run() -> list[float]:
+        r = Run([job("a", 0.0, 1, 4001)], model(cv=0.2, per={})).run()
+        return [s[1] for s in r.steps]
+
+    steps = run()
+    assert steps == run()
+    assert statistics.fmean(steps) == pytest.approx(0.1, rel=0.02)
+    assert statistics.stdev(steps) / statistics.fmean(steps) == pytest.approx(0.2, rel=0.1)
+
+
+def test_the_estimate_counts_queued_prompt_tokens_and_decode_steps() -> None:
+    loop = EventLoop()
+    e = StepEngine(loop, "e", model(), 100_000, lambda j: None)
+    # idle: one 0.1 + 0.5 s prefill step, then 9 decode steps of 0.1 + 0.01 s
+    assert e.estimate_s(job("x", 0.0, 500, 10)) == pytest.approx(0.6 + 9 * 0.11)
+    e.submit(job("a", 0.0, 2500, 2))
+    loop.run_until(0.5)  # the first of a's three chunks is running (until 1.1)
+    est = e.estimate_s(job("x", 0.5, 500, 10))
+    # the rest of this step, 1500 + 500 tokens to prefill in 2 steps, 9 steps decoding beside a
+    assert est == pytest.approx(0.6 + (2 * 0.1 + 2.0) + 9 * (0.1 + 2 * 0.01))
+
+
+# ---- profiles and whole simulations ---------------------------------------------------------
+STEP = {"base_s": 0.018, "per": {"prefill_tokens": 6.0e-4, "decode_tokens": 0.002,
+                                 "context_tokens": 2.0e-7, "encoder_tokens": 0.0},
+        "cv": 0.0, "max_num_batched_tokens": 2048, "max_num_seqs": 8, "block_size_tokens": 128}
+
+
+def jetson_run(step: dict[str, Any] | None) -> Simulation:
+    """One Jetson (its profile, optionally with ``llm.step``) at 0.5 requests/s, all local."""
+    prof = load_yaml(PROFILE_DIR / "jetson-orin-nano.yaml")
+    if step is not None:
+        prof["llm"]["step"] = copy.deepcopy(step)
+    return Simulation(scenario_from_raw({
+        "name": "step", "seed": 2, "requests": 400, "policy": {"kind": "always_local"},
+        "devices": [{"name": "j", "profile": prof,
+                     "workload": {"kind": "poisson", "rate_hz": 0.5, "text_tokens": 24,
+                                  "output_tokens": [16, 48]}}],
+    }))
+
+
+def test_a_device_profile_with_llm_step_runs_on_a_step_engine() -> None:
+    sim = jetson_run(STEP)
+    engine = sim.devices[0].engine
+    assert isinstance(engine, StepEngine)
+    assert not engine.encoder_in_step  # the Jetson encodes on its GPU stage, before the engine
+    recs: list[RequestRecord] = []
+    sim.add_record_sink(recs.append)
+    s = sim.run()
+    assert len(recs) == 400 and all(r.outcome is Outcome.OK for r in recs)
+    assert all(r.engine_queued_s <= r.first_token_s <= r.last_token_s == r.finished_s  # type: ignore[operator]
+               for r in recs)
+    assert engine.in_flight() == 0 and engine.kv_used == 0 and not engine.busy
+    # the same workload on the profile's BatchEngine, whose prefill and decode-step models the
+    # step model above mirrors: at this light load both engines give similar latencies
+    base = jetson_run(None)
+    assert isinstance(base.devices[0].engine, BatchEngine)
+    b = base.run()
+    d, bd = s.devices[0], b.devices[0]
+    assert d.ok == bd.ok == 400
+    assert d.ttft_p50_s == pytest.approx(bd.ttft_p50_s, rel=0.1)
+    assert d.e2e_p50_s == pytest.approx(bd.e2e_p50_s, rel=0.1)
+    assert d.throughput_rps == pytest.approx(bd.throughput_rps, rel=0.05)
+    assert engine.steps > 400  # one event per step: at least one per request
+
+
+def test_a_device_without_an_encode_stage_encodes_inside_the_first_step() -> None:
+    # one core, free CPU stages: the request reaches the engine on arrival; its one prefill step
+    # computes the whole prompt (text + image tokens) and encodes the image, then 2 decode steps
+    step = {"base_s": 0.1, "per": {**PER, "encoder_tokens": 0.002}}
+    sim = Simulation(scenario_from_raw({
+        "name": "enc", "seed": 1, "requests": 1, "policy": {"kind": "always_local"},
+        "devices": [{"name": "d", "profile": one_core_profile(llm={"step": step}),
+                     "workload": {"output_tokens": [3, 3]}}],
+    }))
+    engine = sim.devices[0].engine
+    assert isinstance(engine, StepEngine) and engine.encoder_in_step
+    recs: list[RequestRecord] = []
+    sim.add_record_sink(recs.append)
+    sim.run()
+    (r,) = recs
+    assert r.engine_queued_s == r.arrived_s and r.prompt_tokens == 32 + r.image_tokens
+    first = 0.1 + 0.001 * r.prompt_tokens + 0.002 * r.image_tokens
+    assert r.first_token_s == pytest.approx(r.arrived_s + first, abs=1e-9)
+    assert r.last_token_s == pytest.approx(r.first_token_s + 2 * 0.11, abs=1e-9)
+
+
+def test_a_cloud_server_with_a_step_model_runs_step_engines() -> None:
+    sc = load_scenario(None, [("cloud[0].profile.server.step", dict(STEP, max_num_seqs=64)),
+                              ("requests", 300), ("duration_s", None)])
+    sim = Simulation(sc, policy="always_cloud")
+    replicas = sim.clouds["l4"].replicas
+    assert all(isinstance(e, StepEngine) and e.encoder_in_step for e in replicas)
+    s = sim.run()
+    assert s.fleet.ok + s.fleet.failed == 300 and s.fleet.ok > 250  # (a lossy link fails a few)
+    assert s.fleet.ttft_p50_s > 0
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("devices[0].profile.llm.step.per.prefill_tokens", -1.0,
+     "scenario.devices[0].profile.llm.step.per.prefill_tokens: must be >= 0"),
+    ("devices[0].profile.llm.step.per.tokens", 1e-3,
+     "scenario.devices[0].profile.llm.step.per.tokens: unknown feature"),
+    ("devices[0].profile.llm.step.max_num_seqs", 0,
+     "scenario.devices[0].profile.llm.step.max_num_seqs: must be > 0"),
+    ("devices[0].profile.llm.step.max_num_batched_tokens", 4,
+     "scenario.devices[0].profile.llm.step.max_num_batched_tokens: must be >= max_num_seqs (16)"),
+    ("devices[0].profile.llm.step.block", 16,
+     "scenario.devices[0].profile.llm.step.block: unknown field"),
+    ("cloud[0].profile.server.step.cv", -0.1,
+     "scenario.cloud[0].profile.server.step.cv: must be >= 0"),
+])
+def test_bad_step_fields_are_named(key: str, value: object, message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_scenario(None, [(key, value)])
+    assert str(e.value).startswith(message)
