@@ -61,7 +61,8 @@ class Engine:
     :class:`BatchEngine` (here) prices whole prefills and a virtual decode counter;
     :class:`sim.step_engine.StepEngine` schedules vLLM V1 steps. Either can sit behind a device or
     a cloud replica: they take requests with :meth:`submit`, call ``on_done(job)`` when one leaves,
-    ``on_busy(+1 / -1)`` when they start / stop working, and re-price on :meth:`retime`.
+    ``on_busy(+1 / -1)`` when they start / stop working, and re-price on :meth:`retime`;
+    ``on_first_token(job)``, when set, is called as a request's first token comes out.
     """
 
     __slots__ = (
@@ -75,6 +76,7 @@ class Engine:
         "name",
         "on_busy",
         "on_done",
+        "on_first_token",
         "tpot_s",
         "waiting",
     )
@@ -87,6 +89,7 @@ class Engine:
         self.max_batch = max_batch  # the most requests admitted at once
         self.on_done = on_done
         self.on_busy = on_busy  # called with +1 / −1 when the engine starts / stops working
+        self.on_first_token: Callable[[Job], Any] | None = None  # as a first token comes out
         self.finishes = False  # True: the last token ends the request (sets its finished_s)
         self.clock_scale = 1.0
         self.waiting: deque[Job] = deque()  # submitted, not admitted yet (FIFO)
@@ -256,6 +259,8 @@ class BatchEngine(Engine):
         self.prefilling = None
         self.t_mark = now
         job.rec.first_token_s = now
+        if self.on_first_token is not None:
+            self.on_first_token(job)
         out = job.output_tokens
         if out <= 1:
             self._finish(job, now)

@@ -7,6 +7,20 @@ A local request walks::
 
 An offloaded one goes over the device's link instead (see :mod:`sim.network`, :mod:`sim.cloud`).
 
+**Admission** (optional ``admission:``, the runtime's limits): a local request takes one of
+``max_engine_queue`` engine slots before the CPU queue and gives it back at its first token (or
+when it leaves without one); while none is free it waits in arrival order in front of
+preprocessing (``preproc_queue`` time in its record). Beyond ``max_inflight`` admitted or
+``max_pending`` waiting it is rejected (``Outcome.REJECTED``, an error starting ``429``).
+
+**Shared cores** (optional ``host:``): on a CPU-only server the preprocessing workers and the
+engine's threads share ``cores`` cores. Processor sharing is approximated at the start of each
+service: preprocessing (decode, resize and normalize, one worker's job) started while ``busy``
+workers (itself included) and, if the engine is mid-step, ``engine_threads`` want the cores takes
+``max(1, demand / cores)`` times as long; an engine step started while ``busy`` workers run takes
+``max(1, (engine_threads + busy) / cores)`` times as long (the step engine's ``stretch`` hook).
+The factor is frozen when the service starts; it is not re-priced when demand changes during it.
+
 The engine is a :class:`~sim.batching.BatchEngine` priced by the prefill and decode-step stage
 models, or, when the profile has ``llm.step``, a :class:`~sim.step_engine.StepEngine` (vLLM V1
 steps; the vision encoder runs inside them unless the profile has an ``encode`` stage).
@@ -118,17 +132,38 @@ class Device:
         self._downlinked_cb: Callable[[Any], None] = self._downlinked
         self._outcome_ok = Outcome.OK
         llm = profile.llm
+        # admission limits (the runtime's engine slots and 429s)
+        adm = profile.admission
+        self.limited = adm is not None
+        self.max_pending = adm.max_pending if adm is not None else 0
+        self.max_inflight = adm.max_inflight if adm is not None else 0
+        self.slots = 0
+        if adm is not None:
+            self.slots = adm.max_engine_queue if adm.max_engine_queue is not None else \
+                2 * (llm.step.max_num_seqs if llm.step is not None else llm.max_batch)
+        self.slots_held = 0  # admitted requests between their slot and their first token
+        self.slot_queue: deque[Job] = deque()  # admitted, waiting for a slot (FIFO)
+        self.admitted = 0  # admitted local requests that have not left (the runtime's inflight)
+        engine_done = self._local_done if adm is not None else on_finished
+        # cores shared by the cpu stages and the engine's threads
+        host = profile.host
+        self.shared = host is not None
+        self.host_cores = host.cores if host is not None else 0
+        self.engine_threads = host.engine_threads if host is not None else 0
         llm_busy = functools.partial(self._busy_delta, self._llm_u)
         self.engine: Engine
         if llm.step is not None:  # vLLM V1 steps; the encoder runs in them unless it has a stage
-            self.engine = StepEngine(loop, f"{name}/llm", llm.step, llm.kv_capacity_tokens,
-                                     on_finished, llm_busy, enc is None, draws("step"))
+            step_engine = StepEngine(loop, f"{name}/llm", llm.step, llm.kv_capacity_tokens,
+                                     engine_done, llm_busy, enc is None, draws("step"))
+            if host is not None:
+                step_engine.stretch = self._step_stretch
+            self.engine = step_engine
         else:
             self.engine = BatchEngine(
                 loop, f"{name}/llm",
                 LocalModel(ServiceTime(st[StageName.PREFILL].model, draws("prefill")),
                            ServiceTime(st[StageName.DECODE_STEP].model, draws("decode_step"))),
-                llm.kv_capacity_tokens, llm.max_batch, on_finished, llm_busy)
+                llm.kv_capacity_tokens, llm.max_batch, engine_done, llm_busy)
         self.variants: dict[str, BatchEngine] = {}
         for vname, v in profile.llm_variants.items():
             unit = names.index(v.unit)
@@ -136,10 +171,12 @@ class Device:
                 loop, f"{name}/llm:{vname}",
                 LocalModel(ServiceTime(v.prefill, draws(f"{vname}:prefill")),
                            ServiceTime(v.decode_step, draws(f"{vname}:decode_step"))),
-                v.kv_capacity_tokens, v.max_batch, on_finished,
+                v.kv_capacity_tokens, v.max_batch, engine_done,
                 functools.partial(self._busy_delta, unit))
         for e in (self.engine, *self.variants.values()):
             e.finishes = True  # a local request ends with its last token (no downlink)
+            if adm is not None:
+                e.on_first_token = self._first_token
         # clock, heat, energy
         self.levels = profile.dvfs
         self.power_scales = [lv.power_scale for lv in profile.dvfs]
@@ -203,7 +240,8 @@ class Device:
 
     @property
     def queue_len(self) -> int:
-        q = len(self.cpu_queue) + len(self.enc_queue) + len(self.engine.waiting)
+        q = len(self.slot_queue) + len(self.cpu_queue) + len(self.enc_queue) \
+            + len(self.engine.waiting)
         for e in self.variants.values():
             q += len(e.waiting)
         return q
@@ -228,7 +266,8 @@ class Device:
             battery_wh = max(0.0, self._battery_start_wh - (self.energy_j + self.radio_j) / 3600.0)
         level = self.level
         engine = self.engine  # queue_len and running, inlined
-        queue = len(self.cpu_queue) + len(self.enc_queue) + len(engine.waiting)
+        queue = len(self.slot_queue) + len(self.cpu_queue) + len(self.enc_queue) \
+            + len(engine.waiting)
         running = (self.cores - len(self._free_cores)) + (self.enc_servers - self._enc_free) \
             + engine.in_flight()
         for e in self.variants.values():
@@ -395,23 +434,89 @@ class Device:
 
     # ---- the local pipeline -----------------------------------------------------------------
     def admit(self, job: Job) -> None:
-        """Run ``job`` here: queue it for a CPU core."""
+        """Run ``job`` here: queue it for a CPU core (with admission limits, for a slot first)."""
+        if self.limited:
+            self._admit_limited(job)
+            return
         job.rec.preproc_queued_s = self.loop.now
         if self._free_cores:
             self._start_cpu(job)
         else:
             self.cpu_queue.append(job)
 
+    def _admit_limited(self, job: Job) -> None:
+        """The runtime's admission: reject (429) beyond its limits, else take an engine slot or
+        wait for one in front of preprocessing (the wait counts as ``preproc_queue`` time)."""
+        rec = job.rec
+        now = self.loop.now
+        why = ""  # the runtime's checks, in its order
+        if self.admitted >= self.max_inflight:
+            why = f"max_inflight {self.max_inflight} requests admitted"
+        elif self.slots_held >= self.slots and len(self.slot_queue) >= self.max_pending:
+            why = f"max_pending {self.max_pending} requests wait for one of {self.slots} " \
+                  f"engine slots"
+        elif rec.num_images and not self._free_cores and len(self.cpu_queue) >= self.max_pending:
+            why = f"{len(self.cpu_queue)} requests wait for a preprocessing worker " \
+                  f"(max_pending {self.max_pending})"
+        if why:
+            rec.outcome = Outcome.REJECTED
+            rec.error = f"429 server is at capacity: {why}; retry later"
+            rec.finished_s = now
+            self.on_finished(job)
+            return
+        self.admitted += 1
+        rec.preproc_queued_s = now
+        if self.slots_held < self.slots:  # (a free slot means nobody waits for one)
+            self.slots_held += 1
+            self._to_cpu(job)
+        else:
+            self.slot_queue.append(job)
+
+    def _to_cpu(self, job: Job) -> None:
+        if self._free_cores:
+            self._start_cpu(job)
+        else:
+            self.cpu_queue.append(job)
+
+    def _release_slot(self) -> None:
+        """A slot is given back: it passes straight to the first request waiting for one."""
+        if self.slot_queue:
+            self._to_cpu(self.slot_queue.popleft())
+        else:
+            self.slots_held -= 1
+
+    def _first_token(self, job: Job) -> None:
+        self._release_slot()
+
+    def _local_done(self, job: Job) -> None:
+        """A local request left its engine (finished or failed) under admission limits."""
+        if job.rec.first_token_s is None:  # failed before its first token: its slot is free
+            self._release_slot()
+        self.admitted -= 1
+        self.on_finished(job)
+
+    def _step_stretch(self) -> float:
+        """How much longer an engine step starting now takes for sharing the host's cores with
+        the busy preprocessing workers: ``max(1, (engine_threads + busy workers) / cores)``."""
+        demand = self.engine_threads + self.cores - len(self._free_cores)
+        return demand / self.host_cores if demand > self.host_cores else 1.0
+
     def _start_cpu(self, job: Job, newly_busy: bool = True) -> None:
         now = self.loop.now
         rec = job.rec
         rec.worker = self._free_cores.pop()
-        s = self.scale
+        clock = s = self.scale
+        if self.shared:  # busy workers (this one included) and a stepping engine share the cores
+            demand = self.cores - len(self._free_cores)
+            if self.engine.busy:
+                demand += self.engine_threads
+            if demand > self.host_cores:
+                s *= demand / self.host_cores
         t1 = now + self.decode.sample(job) * s
         t2 = t1 + self.resize.sample(job) * s
         t3 = t2 + self.normalize.sample(job) * s
         m = self._cpu_mean_s
-        self._cpu_mean_s = m + 0.05 * ((t3 - now) / s - m)
+        self._cpu_mean_s = m + 0.05 * ((t3 - now) / clock - m)
         rec.preproc_start_s = now
         rec.decode_end_s = t1
         rec.resize_end_s = t2

@@ -240,6 +240,46 @@ class LocalLlmConfig:
 
 
 @dataclass(slots=True, frozen=True)
+class HostConfig:
+    """The host's cores, shared by the preprocessing workers and the engine (``host:``).
+
+    On a CPU-only server the preprocessing workers (the ``cpu`` unit's stages) and the engine's
+    OMP threads run on the same few cores, so each slows the other down. With this section the
+    device approximates processor sharing: a service started while ``demand`` threads want the
+    cores runs ``max(1, demand / cores)`` times longer (:mod:`sim.device`).
+    """
+
+    cores: int  # cores shared by the preprocessing workers and the engine
+    engine_threads: int  # threads one engine step keeps busy
+
+    def __post_init__(self) -> None:
+        positive(self.cores, "cores")
+        positive(self.engine_threads, "engine_threads")
+
+
+@dataclass(slots=True, frozen=True)
+class AdmissionConfig:
+    """The runtime's admission limits (``admission:``; ``edgeserve serve``'s flags of these names).
+
+    A request takes an *engine slot* before preprocessing and gives it back at its first token
+    (or when it ends); with all ``max_engine_queue`` slots taken, requests wait in arrival order in
+    front of preprocessing. A request arriving when ``max_inflight`` requests are admitted, or
+    when every slot is taken and ``max_pending`` already wait for one (or ``max_pending`` wait for
+    a preprocessing worker), is rejected (HTTP 429).
+    """
+
+    max_pending: int = 64  # requests waiting in front of preprocessing; beyond → rejected
+    max_inflight: int = 256  # admitted requests in total; beyond → rejected
+    max_engine_queue: int | None = None  # slots; None: 2 × the engine's max_num_seqs (max_batch)
+
+    def __post_init__(self) -> None:
+        positive(self.max_pending, "max_pending")
+        positive(self.max_inflight, "max_inflight")
+        if self.max_engine_queue is not None:
+            positive(self.max_engine_queue, "max_engine_queue")
+
+
+@dataclass(slots=True, frozen=True)
 class LlmVariant:
     """A smaller model the device can fall back to (model downgrade), with its own engine.
 
@@ -275,9 +315,14 @@ class DeviceProfile:
     battery: BatteryConfig | None = None
     llm: LocalLlmConfig = field(default_factory=LocalLlmConfig)
     llm_variants: dict[str, LlmVariant] = field(default_factory=dict)  # name → smaller model
+    host: HostConfig | None = None  # cores shared by the cpu stages and the engine (None: not)
+    admission: AdmissionConfig | None = None  # the runtime's admission limits (None: none)
 
     def __post_init__(self) -> None:
         non_negative(self.base_w, "base_w")
+        require(self.host is None or self.llm.step is not None, "host",
+                "shared cores are modelled for the vLLM V1 step engine only: the profile needs "
+                "llm.step")
         for vname, v in self.llm_variants.items():
             require(v.unit in self.units, f"llm_variants.{vname}.unit",
                     f"no unit {v.unit!r} (units: {', '.join(self.units)})")

@@ -3,8 +3,11 @@
 What a summary reports, per device and for the whole fleet:
 
 - latency: end-to-end (arrival → answer on the device) mean and p50/p90/p99, TTFT p50/p99;
-- SLO attainment: the share of *all* requests (dropped and failed count as misses) that finished
-  within ``slo.e2e_s`` (and ``slo.ttft_s``, and the request's own deadline where it has one);
+- outcomes: finished (ok), dropped by the policy, rejected at admission (the runtime's 429s),
+  failed;
+- SLO attainment: the share of *all* requests (dropped, rejected and failed count as misses)
+  that finished within ``slo.e2e_s`` (and ``slo.ttft_s``, and the request's own deadline where
+  it has one);
 - throughput: finished requests per simulated second;
 - energy per request: device energy (compute + radio) over finished requests, joules;
 - time throttled: the share of time spent below the top clock level;
@@ -30,6 +33,7 @@ class DeviceSummary:
     ok: int
     failed: int
     dropped: int
+    rejected: int
     offload_share: float
     e2e_mean_s: float
     e2e_p50_s: float
@@ -69,6 +73,7 @@ def _row(name: str, st: DeviceStats, sim_time_s: float, energy_j: float, throttl
     decisions, offloaded = offload_decisions
     return DeviceSummary(
         name=name, requests=st.requests, ok=st.ok, failed=st.failed, dropped=st.dropped,
+        rejected=st.rejected,
         offload_share=offloaded / decisions if decisions else 0.0,
         e2e_mean_s=e.mean, e2e_p50_s=e.quantile(0.5), e2e_p90_s=e.quantile(0.9),
         e2e_p99_s=e.quantile(0.99), ttft_p50_s=t.quantile(0.5), ttft_p99_s=t.quantile(0.99),
@@ -123,7 +128,7 @@ def _fmt(x: float | None, unit: str = "", digits: int = 3) -> str:
 
 COLUMNS: list[tuple[str, str, str]] = [
     ("requests", "requests", ""), ("ok", "ok", ""), ("dropped", "drop", ""),
-    ("failed", "fail", ""),
+    ("rejected", "rej", ""), ("failed", "fail", ""),
     ("e2e_p50_s", "p50 ms", "ms"), ("e2e_p90_s", "p90 ms", "ms"), ("e2e_p99_s", "p99 ms", "ms"),
     ("ttft_p50_s", "ttft50 ms", "ms"), ("slo_attainment", "SLO", "%"),
     ("throughput_rps", "req/s", ""), ("energy_per_request_j", "J/req", ""),

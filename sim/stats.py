@@ -131,6 +131,7 @@ class DeviceStats:
     ok: int = 0
     failed: int = 0
     dropped: int = 0
+    rejected: int = 0  # refused at admission (the runtime's 429s)
     offloaded: int = 0
     slo_met: int = 0
     e2e: Histogram = field(default_factory=Histogram)
@@ -144,6 +145,7 @@ class DeviceStats:
         self.ok += o.ok
         self.failed += o.failed
         self.dropped += o.dropped
+        self.rejected += o.rejected
         self.offloaded += o.offloaded
         self.slo_met += o.slo_met
         self.e2e.merge(o.e2e)
@@ -205,6 +207,8 @@ class StatsCollector:
                 st.slo_met += 1
         elif out is Outcome.DROPPED:
             st.dropped += 1
+        elif out is Outcome.REJECTED:
+            st.rejected += 1
         else:
             st.failed += 1
 
@@ -212,7 +216,7 @@ class StatsCollector:
         """Fold many records in at once; the same as :meth:`on_record` on each, in order."""
         devices = self.devices
         slo_e2e, slo_ttft = self.slo_e2e_s, self.slo_ttft_s
-        ok_, dropped_ = Outcome.OK, Outcome.DROPPED
+        ok_, dropped_, rejected_ = Outcome.OK, Outcome.DROPPED, Outcome.REJECTED
         lo, log_ratio, top = _LO_S, _LOG_RATIO, _NBUCKETS - 1  # math.log: a compiled primitive
         for rec in recs:
             st = devices.get(rec.device)  # type: ignore[arg-type]
@@ -250,6 +254,8 @@ class StatsCollector:
                     st.slo_met += 1
             elif out is dropped_:
                 st.dropped += 1
+            elif out is rejected_:
+                st.rejected += 1
             else:
                 st.failed += 1
 

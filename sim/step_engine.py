@@ -36,7 +36,9 @@ it rides in longer. A step takes, at clock scale 1::
   stage, a cloud GPU); a device that encodes on its own unit submits encoded requests.
 
 The step time is stretched by the DVFS ``clock_scale`` in force when the step starts (a step in
-progress keeps its end) and optionally spread by a lognormal factor of mean 1 (``cv``).
+progress keeps its end), by ``stretch()`` when the owner sets it (a device whose engine shares
+its cores with preprocessing workers says how crowded they are; the engine knows nothing of
+them), and optionally spread by a lognormal factor of mean 1 (``cv``).
 
 **KV cache.** Blocks of ``block_size_tokens``. A request is admitted only when blocks for its
 whole sequence (prompt + output tokens, rounded up to blocks) are free, and keeps them until it
@@ -116,6 +118,7 @@ class StepEngine(Engine):
         "step_end_s",
         "stepping",
         "steps",
+        "stretch",
     )
 
     def __init__(self, loop: EventLoop, name: str, model: StepTimeModel, kv_capacity_tokens: int,
@@ -151,6 +154,8 @@ class StepEngine(Engine):
         self.stepping = False  # a step is running or about to start (else the engine is idle)
         self.step_end_s = 0.0
         self.on_step: Callable[[Step], Any] | None = None  # called as each step starts
+        # the factor a step starting now is stretched by for sharing its cores (None: 1)
+        self.stretch: Callable[[], float] | None = None
         self._step_cb: Callable[[Any], None] = self._on_step
         self._kick_cb: Callable[[Any], None] = self._kick
 
@@ -284,6 +289,8 @@ class StepEngine(Engine):
             return
         d = (self._base + self._c_prefill * prefill + self._c_decode * n_dec
              + self._c_context * ctx + self._c_encoder * enc) * self.clock_scale
+        if self.stretch is not None:
+            d *= self.stretch()
         if self._noisy:
             d = self._noise.draw(d)
         self._step_decode = n_dec
@@ -314,6 +321,8 @@ class StepEngine(Engine):
             if job is partial:
                 continue
             job.rec.first_token_s = now
+            if self.on_first_token is not None:
+                self.on_first_token(job)
             out = job.output_tokens
             if out <= 1:
                 self._finish(job, now)

@@ -134,6 +134,11 @@ _STEP = {"base_s": 0.018, "cv": 0.1, "max_num_seqs": 8,
          "per": {"prefill_tokens": 6e-4, "decode_tokens": 0.002, "context_tokens": 2e-7}}
 _STEPS = [("devices[0].profile.llm.step", _STEP),
           ("cloud[0].profile.server.step", dict(_STEP, max_num_seqs=64, base_s=0.01))]
+# the Jetsons as CPU servers: shared cores and admission limits that reject a fifth of them
+_SERVER = [("devices[0].profile.llm.step", _STEP),
+           ("devices[0].profile.host", {"cores": 2, "engine_threads": 2}),
+           ("devices[0].profile.admission",
+            {"max_pending": 1, "max_inflight": 4, "max_engine_queue": 1})]
 
 
 @pytest.mark.parametrize(
@@ -144,6 +149,7 @@ _STEPS = [("devices[0].profile.llm.step", _STEP),
         ("camera-deadlines", "frame_drop", []),
         ("camera-deadlines", "model_downgrade", []),
         (None, None, _STEPS),
+        (None, "always_local", _SERVER),
     ],
 )
 def test_compiled_and_pure_write_identical_traces(

@@ -1,0 +1,155 @@
+"""Shared cores (``host:``): preprocessing workers and the engine's threads slow each other down.
+
+The device is a CPU-only server: one preprocessing worker whose job (image decode) takes 1 s
+alone, and a step engine whose every step takes 0.5 s alone. With ``host: {cores: 2,
+engine_threads: 2}`` a job started while the engine steps wants the cores with the engine's two
+threads (demand 3 on 2 cores: ×1.5), and a step started while the worker is busy is stretched by
+the same (2 + 1) / 2. Timelines are ``(request, preprocessing start, its end, first token, last
+token)``; steps are ``(start, duration)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from edgeserve.records import Outcome, RequestRecord
+from sim.config import LinkConfig, load_scenario
+from sim.device import Device
+from sim.job import Job
+from sim.loop import EventLoop
+from sim.profiles import DeviceProfile
+from sim.schema import ConfigError, build
+from sim.step_engine import Step
+
+ZERO: dict[str, Any] = {"kind": "deterministic", "base_s": 0.0}
+
+
+def server_profile(workers: int = 1, decode_s: float = 1.0, step_s: float = 0.5,
+                   **extra: Any) -> dict[str, Any]:
+    """A CPU-only server: ``workers`` preprocessing workers, a step engine of fixed step time."""
+    prof: dict[str, Any] = {
+        "name": "server",
+        "units": {"workers": {"kind": "cpu", "count": workers},
+                  "engine": {"kind": "cpu", "count": 1}},
+        "stages": {
+            "image_decode": {"unit": "workers",
+                             "model": {"kind": "deterministic", "base_s": decode_s}},
+            "resize": {"unit": "workers", "model": ZERO},
+            "normalize": {"unit": "workers", "model": ZERO},
+            "prefill": {"unit": "engine"},
+            "decode_step": {"unit": "engine"},
+        },
+        "thermal": {"r_c_per_w": 1.0, "c_j_per_c": 1.0},
+        "llm": {"step": {"base_s": step_s, "per": {}}},
+    }
+    prof.update(extra)
+    return prof
+
+
+class Server:
+    """One device fed requests at given times; records and engine steps are logged."""
+
+    def __init__(self, profile: dict[str, Any]) -> None:
+        self.loop = EventLoop()
+        self.records: list[RequestRecord] = []
+        self.steps: list[tuple[float, float]] = []
+        self.device = Device(self.loop, "d", build(DeviceProfile, profile, "profile server"),
+                             LinkConfig(), None, "0", lambda j: self.records.append(j.rec))
+        self.device.engine.on_step = self._on_step  # type: ignore[attr-defined]
+
+    def _on_step(self, s: Step) -> None:
+        self.steps.append((s.start_s, s.duration_s))
+
+    def send(self, name: str, t: float, output_tokens: int, prompt_tokens: int = 100) -> None:
+        rec = RequestRecord(id=name, arrived_s=t, num_images=1, prompt_tokens=prompt_tokens,
+                            output_tokens=output_tokens)
+        job = Job(rec, self.device, 640 * 480, 448 * 336, 0, prompt_tokens, output_tokens)
+        self.loop.at(t, self.device.admit, job)
+
+    def run(self) -> list[tuple[Any, ...]]:
+        self.loop.run_until(1000.0)
+        return [(r.id, r.preproc_start_s, r.normalize_end_s, r.first_token_s, r.last_token_s)
+                for r in sorted(self.records, key=lambda r: r.id)
+                if r.outcome is Outcome.OK]
+
+
+def test_a_preprocessing_job_during_a_step_and_the_steps_during_it_are_stretched_by_one_and_a_half() -> None:
+    # a: preprocessed alone (0–1), its prefill step 1–1.5 (no worker busy), then 3 decode steps.
+    # b arrives at 1.25, mid-step: worker + 2 engine threads on 2 cores → 1.5 s (1.25–2.75).
+    # The two steps starting while b is preprocessed (1.5, 2.25) take 0.75 s; the one at 3.0,
+    # after b's job ended, 0.5 s again: it holds a's last token and b's prefill.
+    s = Server(server_profile(host={"cores": 2, "engine_threads": 2}))
+    s.send("a", 0.0, output_tokens=4)
+    s.send("b", 1.25, output_tokens=2)
+    assert s.run() == [("a", 0.0, 1.0, 1.5, 3.5), ("b", 1.25, 2.75, 3.5, 4.0)]
+    assert s.steps == [(1.0, 0.5), (1.5, 0.75), (2.25, 0.75), (3.0, 0.5), (3.5, 0.5)]
+
+
+def test_with_enough_cores_nothing_is_stretched() -> None:
+    # 4 cores hold the worker and the engine's 2 threads: the same requests as above at their
+    # nominal times; b's job (1.25–2.25) reaches the engine during a's third step
+    s = Server(server_profile(host={"cores": 4, "engine_threads": 2}))
+    s.send("a", 0.0, output_tokens=4)
+    s.send("b", 1.25, output_tokens=2)
+    assert s.run() == [("a", 0.0, 1.0, 1.5, 3.0), ("b", 1.25, 2.25, 3.0, 3.5)]
+    assert s.steps == [(1.0, 0.5), (1.5, 0.5), (2.0, 0.5), (2.5, 0.5), (3.0, 0.5)]
+
+
+def test_without_a_host_section_the_cores_are_separate_machines() -> None:
+    s = Server(server_profile())
+    s.send("a", 0.0, output_tokens=4)
+    s.send("b", 1.25, output_tokens=2)
+    assert s.run() == [("a", 0.0, 1.0, 1.5, 3.0), ("b", 1.25, 2.25, 3.0, 3.5)]
+
+
+def test_workers_alone_share_the_cores_too() -> None:
+    # two workers on one core, the engine idle: the first job starts alone (1 s), the second,
+    # started while the first runs, counts both (×2: 0.25–2.25); it is not re-priced when the
+    # first ends at 1.0 — the rate is frozen at the start of the service
+    s = Server(server_profile(workers=2, host={"cores": 1, "engine_threads": 1}))
+    s.send("a", 0.0, output_tokens=1)
+    s.send("b", 0.25, output_tokens=1)
+    assert [r[:3] for r in s.run()] == [("a", 0.0, 1.0), ("b", 0.25, 2.25)]
+
+
+def test_a_clock_level_and_shared_cores_compose() -> None:
+    # DVFS level 1 (scale 2) on top of the ×1.5 of sharing: b's job takes 1 × 2 × 1.5 = 3 s
+    s = Server(server_profile(host={"cores": 2, "engine_threads": 2},
+                              dvfs=[{"scale": 1.0}, {"scale": 2.0}]))
+    s.device.set_level(1)
+    s.send("a", 0.0, output_tokens=8)
+    s.send("b", 2.5, output_tokens=1)
+    recs = s.run()
+    assert recs[0][:4] == ("a", 0.0, 2.0, 3.0)  # alone: 2 s; prefill step 2–3 (1 s at scale 2)
+    assert recs[1][:3] == ("b", 2.5, 5.5)
+    assert s.steps[:3] == [(2.0, 1.0), (3.0, 1.5), (4.5, 1.5)]
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("devices[0].profile.host", {"cores": 0, "engine_threads": 2},
+     "scenario.devices[0].profile.host.cores: must be > 0, got 0"),
+    ("devices[0].profile.host", {"cores": 2, "engine_threads": -1},
+     "scenario.devices[0].profile.host.engine_threads: must be > 0, got -1"),
+    ("devices[0].profile.host", {"cores": 2},
+     "scenario.devices[0].profile.host.engine_threads: required field is missing"),
+    ("devices[0].profile.host", {"cores": 2, "engine_threads": 2, "threads": 1},
+     "scenario.devices[0].profile.host.threads: unknown field"),
+    ("devices[0].profile.host", {"cores": 2.5, "engine_threads": 2},
+     "scenario.devices[0].profile.host.cores: expected an integer, got 2.5"),
+    # the Jetson profile has no llm.step: its BatchEngine does not model shared cores
+    ("devices[0].profile.host", {"cores": 2, "engine_threads": 2},
+     "scenario.devices[0].profile.host: shared cores are modelled for the vLLM V1 step engine "
+     "only"),
+])
+def test_bad_host_fields_are_named(key: str, value: object, message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_scenario(None, [(key, value)])
+    assert str(e.value).startswith(message)
+
+
+def test_a_host_section_loads_onto_a_step_engine_profile() -> None:
+    prof = build(DeviceProfile, server_profile(host={"cores": 2, "engine_threads": 2}),
+                 "profile server")
+    assert prof.host is not None and (prof.host.cores, prof.host.engine_threads) == (2, 2)
