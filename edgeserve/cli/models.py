@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 def add_parser(sub: argparse._SubParsersAction, help_: str) -> None:
-    p = sub.add_parser("models", help=help_, description="Build and inspect the offline models.")
+    p = sub.add_parser("models", help=help_, description="Build, inspect and export the offline models.")
     msub = p.add_subparsers(dest="models_command", metavar="ACTION", required=True)
     b = msub.add_parser(
         "build-tiny",
@@ -25,6 +25,33 @@ def add_parser(sub: argparse._SubParsersAction, help_: str) -> None:
     i = msub.add_parser("info", help="print a model folder's architecture and image settings")
     i.add_argument("path", type=Path, nargs="?", default=None, help="model folder (default: the tiny model)")
     i.set_defaults(func=_info)
+    e = msub.add_parser(
+        "export-encoder",
+        help="export a Qwen2-VL model's vision tower to ONNX and verify it",
+        description="Export a Qwen2-VL model's vision tower (patch embed, blocks, merger) to one "
+        "ONNX graph, encoder.onnx: inputs pixel_values float32 (patches, 1176) and image_grid_thw "
+        "int64 (images, 3), output image_embeds float32 (patches / 4, language-model hidden) — what "
+        "vLLM accepts as precomputed image embeddings — with any number of patches and images. "
+        "The graph is then run in ONNX Runtime (CPU) on images of 224x224, 448x336 and 644x476 "
+        "pixels and a two-image batch and compared with transformers' own tower (float32, eager "
+        "attention); encoder.json, written last beside the graph, records the model, patch "
+        "geometry, opset, exporter and the differences. Needs torch, transformers and onnx "
+        "(and onnxscript for --exporter dynamo). Qwen2.5-VL and Qwen3-VL towers are not handled.",
+    )
+    e.add_argument("path", type=Path, nargs="?", default=None, metavar="MODEL_DIR",
+                   help="Qwen2-VL model folder (default: the tiny model, models/tiny-qwen2-vl)")
+    e.add_argument("--out", type=Path, default=None, metavar="DIR",
+                   help="output folder (default: MODEL_DIR/onnx)")
+    e.add_argument("--exporter", choices=["torchscript", "dynamo"], default="torchscript",
+                   help="torch.onnx.export path: TorchScript with dynamic_axes (default) or "
+                   "torch.export (dynamo=True)")
+    e.add_argument("--opset", type=int, default=18, help="ONNX opset (default: 18)")
+    e.add_argument("--tolerance", type=float, default=1e-4,
+                   help="exit 1 when a max abs diff exceeds this fraction of the largest "
+                   "|embedding| in its check (default: 1e-4)")
+    e.add_argument("--threads", type=int, default=1,
+                   help="torch threads for the export and the reference tower (default: 1)")
+    e.set_defaults(func=_export_encoder)
 
 
 def _build_tiny(args: argparse.Namespace) -> int:
@@ -54,4 +81,44 @@ def _info(args: argparse.Namespace) -> int:
     print(f"vision:       depth {vision.get('depth')}, embed {vision.get('embed_dim')}, "
           f"patch {vision.get('patch_size')}, merge {vision.get('spatial_merge_size')}")
     print(f"images:       min_pixels {pre.get('min_pixels')}, max_pixels {pre.get('max_pixels')}")
+    return 0
+
+
+def _export_encoder(args: argparse.Namespace) -> int:
+    from models.onnx_encoder import EncoderMeta, NotQwen2VLError, export_encoder, read_model_config
+    from models.tiny_qwen2_vl import DEFAULT_DIR
+
+    path: Path = args.path or DEFAULT_DIR
+    try:
+        read_model_config(path)  # fail before importing torch
+    except NotQwen2VLError as e:
+        hint = " (build the default with `edgeserve models build-tiny`)" if args.path is None else ""
+        print(f"edgeserve models export-encoder: {e}{hint}", file=sys.stderr)
+        return 2
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    torch.set_num_threads(args.threads)
+    hf_logging.disable_progress_bar()
+    try:
+        graph = export_encoder(path, args.out or path / "onnx", exporter=args.exporter,
+                               opset=args.opset)
+    except (ImportError, OSError, NotQwen2VLError) as e:  # a folder or set-up problem, not a bug
+        print(f"edgeserve models export-encoder: {e}", file=sys.stderr)
+        return 2
+    meta = EncoderMeta.read(graph)
+    print(f"encoder graph: {graph} ({meta.graph_bytes / 1e6:.1f} MB)")
+    print(f"metadata:      {graph.with_name('encoder.json')}")
+    print(f"exporter:      {meta.exporter}, opset {meta.opset}, {meta.export_s:.1f} s")
+    print("verified against transformers' tower (float32, eager attention) in ONNX Runtime:")
+    for c in meta.checks:
+        grids = " + ".join(str(g) for g in c.grid_thw)
+        print(f"  grid {grids:<28} {c.tokens:>6} tokens  max abs diff {c.max_abs_diff:.2e} "
+              f"(largest |value| {c.max_abs_ref:.3g})")
+    print(f"max abs diff:  {meta.max_abs_diff:.2e}")
+    if failed := meta.failed(args.tolerance):
+        print(f"edgeserve models export-encoder: verification failed for "
+              f"{', '.join(str(c.grid_thw) for c in failed)}: difference above "
+              f"{args.tolerance:g} × the largest |value|", file=sys.stderr)
+        return 1
     return 0
