@@ -83,6 +83,10 @@ class Calibration:
     steps: int = 0
     engine: dict[str, Any] = field(default_factory=dict)  # limits from the trace header
     host_cores: int = 0
+    engine_threads: int = 0  # cores the engine's model worker may run on
+    contention: float = 0.0  # engine slowdown per busy preprocessing worker (κ)
+    contention_n: int = 0
+    admission: dict[str, int] = field(default_factory=dict)
 
 
 STEP_FEATURES = ["prefill_tokens", "decode_tokens", "context_tokens", "encoder_tokens"]
@@ -119,21 +123,6 @@ def read_traces(paths: Iterable[str | Path]) -> TraceData:
             elif isinstance(item, TraceHeader) and item.producer == "edgeserve serve":
                 data.meta = dict(item.meta)
     return data
-
-
-def calibrate_traces(data: TraceData) -> Calibration:
-    """:func:`calibrate` on the records, plus the step model and the header's machine facts."""
-    cal = calibrate(data.records)
-    engine = data.meta.get("engine")
-    cal.engine = dict(engine) if isinstance(engine, dict) else {}
-    cal.host_cores = int(data.meta.get("host_cores") or 0)
-    cal.steps = len(data.steps)
-    cal.step = fit_steps(data.steps, int(cal.engine.get("kv_cache_tokens") or 0))
-    if cal.step is not None:
-        cal.step.note = f"{cal.steps} engine steps"
-    elif data.steps:
-        cal.skipped["step"] = f"{len(data.steps)} engine steps (need {MIN_SAMPLES})"
-    return cal
 
 
 def fit_linear(stage: str, x: np.ndarray, y: np.ndarray, names: list[str]) -> StageFit:
@@ -287,6 +276,97 @@ def calibrate(records: Iterable[RequestRecord]) -> Calibration:
     return cal
 
 
+class Intervals:
+    """A union of time intervals, for "what fraction of [a, b] was covered"."""
+
+    def __init__(self, spans: Iterable[tuple[float, float]]) -> None:
+        merged: list[list[float]] = []
+        for a, b in sorted(spans):
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            elif b > a:
+                merged.append([a, b])
+        self.starts = [m[0] for m in merged]
+        self.ends = [m[1] for m in merged]
+        self._cum = [0.0]
+        for a, b in merged:
+            self._cum.append(self._cum[-1] + b - a)
+
+    def _covered_until(self, t: float) -> float:
+        i = bisect.bisect_right(self.starts, t)  # intervals starting at or before t
+        if i == 0:
+            return 0.0
+        return self._cum[i - 1] + min(t, self.ends[i - 1]) - self.starts[i - 1]
+
+    def fraction(self, a: float, b: float) -> float:
+        return (self._covered_until(b) - self._covered_until(a)) / (b - a) if b > a else 0.0
+
+
+def worker_busy(recs: Iterable[RequestRecord]) -> dict[int, Intervals]:
+    """Each preprocessing worker's busy spans (decode start → normalize end)."""
+    spans: dict[int, list[tuple[float, float]]] = {}
+    for r in recs:
+        if r.worker is not None and r.preproc_start_s is not None and r.normalize_end_s is not None:
+            spans.setdefault(r.worker, []).append((r.preproc_start_s, r.normalize_end_s))
+    return {w: Intervals(v) for w, v in spans.items()}
+
+
+def contention(steps: list[EngineStep], fit: StageFit, kv_cache_tokens: int,
+               workers: dict[int, Intervals]) -> tuple[float, int]:
+    """The engine's slowdown per busy preprocessing worker: ``step ≈ fitted × (1 + κ·busy)``,
+    ``busy`` the mean number of workers busy during the step; least squares through the origin
+    on the steps that overlapped a worker. Returns ``(κ, steps used)``."""
+    xs, ys = [], []
+    for s in steps:
+        a = s.t_s - s.duration_s
+        busy = sum(iv.fraction(a, s.t_s) for iv in workers.values())
+        if busy < 0.05 or s.duration_s <= 0:
+            continue
+        pred = fit.base_s + sum(fit.per.get(k, 0.0) * v for k, v in zip(STEP_FEATURES, (
+            s.prefill_tokens, s.decode_tokens, s.kv_cache_usage * kv_cache_tokens,
+            s.encoder_tokens), strict=True))
+        if pred > 0:
+            xs.append(busy)
+            ys.append(s.duration_s / pred - 1.0)
+    if len(xs) < MIN_SAMPLES:
+        return 0.0, len(xs)
+    x, y = np.asarray(xs), np.asarray(ys)
+    return max(0.0, float(x @ y / (x @ x))), len(xs)
+
+
+def calibrate_traces(data: TraceData) -> Calibration:
+    """:func:`calibrate` on the records, plus the step model and the host's contention.
+
+    On a CPU host the engine's steps and the preprocessing workers share cores, so the step model
+    is fitted on the steps during which no worker was busy, and the slowdown of the others
+    (``κ`` per busy worker) is fitted after it; the simulator applies it through ``host:``."""
+    cal = calibrate(data.records)
+    engine = data.meta.get("engine")
+    cal.engine = dict(engine) if isinstance(engine, dict) else {}
+    cal.host_cores = int(data.meta.get("host_cores") or 0)
+    cal.admission = {k: int(data.meta[k]) for k in ("max_pending", "max_inflight",
+                                                      "max_engine_queue") if data.meta.get(k)}
+    procs = data.meta.get("processes")
+    if isinstance(procs, dict) and isinstance(procs.get("engine_worker"), dict):
+        cal.engine_threads = len(procs["engine_worker"].get("cpu_affinity") or [])
+    cal.steps = len(data.steps)
+    kv = int(cal.engine.get("kv_cache_tokens") or 0)
+    ok = [r for r in data.records if r.outcome is Outcome.OK]
+    busy = worker_busy(ok)
+    quiet = [s for s in data.steps
+             if sum(iv.fraction(s.t_s - s.duration_s, s.t_s) for iv in busy.values()) < 0.05]
+    use_quiet = len(quiet) >= 4 * MIN_SAMPLES and cal.host_cores > 0
+    cal.step = fit_steps(quiet if use_quiet else data.steps, kv)
+    if cal.step is not None:
+        cal.step.note = (f"{cal.step.n} of {cal.steps} engine steps"
+                         + (", those with no worker busy" if use_quiet else ""))
+        if use_quiet:
+            cal.contention, cal.contention_n = contention(data.steps, cal.step, kv, busy)
+    elif data.steps:
+        cal.skipped["step"] = f"{len(data.steps)} engine steps (need {MIN_SAMPLES})"
+    return cal
+
+
 def read_records(paths: Iterable[str | Path]) -> Iterable[RequestRecord]:
     for p in paths:
         for item in read_trace(p):
@@ -341,6 +421,12 @@ def to_profile(cal: Calibration, base: dict[str, Any] | None, name: str,
         if e.get("kv_cache_tokens"):
             llm["kv_capacity_tokens"] = int(e["kv_cache_tokens"])
         prof["llm"] = llm
+    if cal.admission:
+        prof["admission"] = dict(cal.admission)
+    if cal.step is not None and cal.host_cores and cal.engine.get("platform") == "cpu":
+        # the engine and the preprocessing workers share the host's cores (a CPU-only runtime)
+        prof["host"] = {"cores": cal.host_cores,
+                        "engine_threads": cal.engine_threads or cal.host_cores}
     notes = [f"{s}: fitted on {f.n} requests, R² = {f.r2:.3f}" + (f" ({f.note})" if f.note else "")
              for s, f in cal.fits.items()]
     if cal.step is not None:
@@ -365,7 +451,11 @@ def format_fits(cal: Calibration) -> str:
         f = cal.step
         terms = " + ".join(f"{v:.4g}·{k}" for k, v in f.per.items())
         lines.append(f"  {'engine step':13s} {f.base_s * 1000:8.3f} ms" + (f" + {terms}" if terms else "")
-                     + f"   cv {f.cv:.3f}  R² {f.r2:.3f}  n {f.n}")
+                     + f"   cv {f.cv:.3f}  R² {f.r2:.3f}  n {f.n}  [{f.note}]")
+        if cal.contention_n:
+            lines.append(f"  {'contention':13s} steps {cal.contention:+.1%} per busy worker "
+                         f"(n {cal.contention_n}, {cal.host_cores} cores, engine on "
+                         f"{cal.engine_threads})")
     for s, why in cal.skipped.items():
         lines.append(f"  {s:13s} not fitted: {why}")
     return "\n".join(lines)

@@ -12,8 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("onnx", reason="torch.onnx.export needs the onnx package")
-
 from edgeserve.cli.main import main
 from models.onnx_encoder import (
     EncoderMeta,
@@ -169,7 +167,6 @@ def test_inputs_that_disagree_are_refused_before_running(encoder: OnnxEncoder) -
 
 
 def test_dynamo_exporter_gives_a_verified_graph_too(tiny_model_dir: Path, tmp_path: Path) -> None:
-    pytest.importorskip("onnxscript", reason="torch.onnx.export(dynamo=True) needs onnxscript")
     graph = export_encoder(tiny_model_dir, tmp_path, exporter="dynamo")
     meta = EncoderMeta.read(graph)
     assert meta.exporter == "torch.onnx.export (torch.export, dynamo=True)"
