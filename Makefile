@@ -34,8 +34,15 @@ $(MM_EXT): mm_preproc/_fastpatch.c setup.py
 		&& echo "[mm-native] built $@" \
 		|| echo "[mm-native] WARNING: the C kernel did not build; mm_preproc uses its numpy path"
 
+# The tiny model, then its vision tower exported to ONNX next to it (re-exported when the model or
+# the exporter changes; the build skips itself when an identical model is there).
+TINY := models/tiny-qwen2-vl
 model: setup
 	@$(VENV)/bin/edgeserve models build-tiny
+	@$(MAKE) -s --no-print-directory $(TINY)/onnx/encoder.json
+
+$(TINY)/onnx/encoder.json: $(TINY)/edgeserve_build.json models/onnx_encoder.py
+	@OMP_NUM_THREADS=1 $(VENV)/bin/edgeserve models export-encoder
 
 demo: model
 	@scripts/demo.sh
