@@ -15,6 +15,8 @@ Engine busy time comes from vLLM's public stat-logger interface: with
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -82,6 +84,31 @@ def _make_logger_factory(meter: StallMeter, state: EngineState) -> Any:
     return EngineActivityLogger
 
 
+def _psm_segments() -> set[str]:
+    """The ``multiprocessing.shared_memory`` segments in /dev/shm (vLLM's message queues)."""
+    try:
+        return {n for n in os.listdir("/dev/shm") if n.startswith("psm_")}
+    except OSError:
+        return set()
+
+
+def _mapped_segments() -> set[str]:
+    """psm_* segments some live process still maps (read from /proc/*/maps)."""
+    used: set[str] = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                for line in f:
+                    i = line.find("/dev/shm/psm_")
+                    if i >= 0:
+                        used.add(line[i + 9:].split()[0])
+        except OSError:
+            continue
+    return used
+
+
 def check_model_folder(model_dir: str) -> None:
     """Fail before the engine starts when ``model_dir`` is not a model vLLM can serve."""
     import json
@@ -117,6 +144,7 @@ class Engine:
         self.state = EngineState()
         self._llm: Any = None
         self._tokenizer: Any = None
+        self._engine_segments: set[str] = set()  # vLLM's /dev/shm segments (psm_*)
         # transformers' Qwen2-VL processor takes the pixel limits as size bounds
         self.mm_kwargs = {"size": {"shortest_edge": config.min_pixels,
                                    "longest_edge": config.max_pixels}}
@@ -146,7 +174,9 @@ class Engine:
             **opts.extra,
         )
         factory = _make_logger_factory(self.meter, self.state)
+        before = _psm_segments()
         self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[factory])
+        self._engine_segments = _psm_segments() - before
         self._tokenizer = self._llm.get_tokenizer()
 
     def memory_args(self) -> dict[str, Any]:
@@ -203,6 +233,13 @@ class Engine:
         if self._llm is not None:
             self._llm.shutdown()
             self._llm = None
+        # vLLM's processes unlink their shared-memory queues when they stop; a SIGKILLed
+        # EngineCore cannot. Remove those that appeared with our engine and nobody maps any more.
+        orphans = self._engine_segments - _mapped_segments()
+        for name in orphans:
+            with contextlib.suppress(OSError):
+                os.unlink(f"/dev/shm/{name}")
+        self._engine_segments = set()
 
     @property
     def errored(self) -> bool:

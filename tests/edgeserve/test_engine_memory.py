@@ -14,9 +14,9 @@ import pytest
 
 from edgeserve.engine_memory import (
     GiB,
-    MiB,
     KVCacheTooSmall,
     KVGeometry,
+    MiB,
     NodeMemory,
     mm_cache_gb,
     plan_kv_cache,
@@ -95,7 +95,7 @@ def test_geometry_is_read_from_the_tiny_models_config(tiny_model_dir: Path) -> N
 
 
 def test_a_folder_without_a_model_config_is_named(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="config.json"):
+    with pytest.raises(ValueError, match=r"config\.json"):
         KVGeometry.from_model_dir(tmp_path)
 
 

@@ -162,6 +162,7 @@ def test_a_drain_timeout_cancels_the_requests_still_running(tight: TightServer) 
 def test_a_dead_engine_fails_requests_with_503_and_stops_the_server(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
+    psm_before = {p.name for p in Path("/dev/shm").glob("psm_*")}
     server = ServerProcess(["--model", str(tiny_model_dir), "--workers", "1", "--max-model-len",
                             "4096"], tmp_path / "server.log").start()
     try:
@@ -181,5 +182,7 @@ def test_a_dead_engine_fails_requests_with_503_and_stops_the_server(
         assert server.proc.wait(60) == 1, server.log_tail()
         assert "the vLLM engine has died" in server.log_tail(200)
         assert my_segments(server.pid) == []
+        # nor vLLM's own queue segments, which the killed EngineCore could not unlink
+        assert {p.name for p in Path("/dev/shm").glob("psm_*")} - psm_before == set()
     finally:
         server.stop()
