@@ -114,18 +114,21 @@ class Sampler(threading.Thread):
                 self.stop.wait(1.0)
 
 
-def start_server(out: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(out: Path, extra: list[str] | None = None, name: str = "server",
+                 prefix: list[str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """``edgeserve serve`` with defaults (plus ``extra`` flags), ready; logs under ``out``.
+    ``prefix`` goes before the command (e.g. ``taskset -c 0,1``)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    log = (out / "server.log").open("wb")
+    log = (out / f"{name}.log").open("wb")
     server = subprocess.Popen(
-        [sys.executable, "-m", "edgeserve", "serve", "--port", str(port),
-         "--engine-log", str(out / "engine.log")],
+        [*(prefix or []), sys.executable, "-m", "edgeserve", "serve", "--port", str(port),
+         "--engine-log", str(out / f"{name}-engine.log"), *(extra or [])],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 300
     while True:
         if server.poll() is not None:
-            raise RuntimeError(f"server exited; see {out / 'server.log'}")
+            raise RuntimeError(f"server exited; see {log.name}")
         try:
             urllib.request.urlopen(url + "/health", timeout=2)
             return server, url
