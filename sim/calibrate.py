@@ -40,6 +40,7 @@ describes the machine that was measured, whatever ``--base`` said.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -86,6 +87,7 @@ class Calibration:
     engine_threads: int = 0  # cores the engine's model worker may run on
     contention: float = 0.0  # engine slowdown per busy preprocessing worker (κ)
     contention_n: int = 0
+    step_gap_s: float = 0.0  # median idle time between back-to-back engine steps
     admission: dict[str, int] = field(default_factory=dict)
 
 
@@ -358,8 +360,18 @@ def calibrate_traces(data: TraceData) -> Calibration:
     use_quiet = len(quiet) >= 4 * MIN_SAMPLES and cal.host_cores > 0
     cal.step = fit_steps(quiet if use_quiet else data.steps, kv)
     if cal.step is not None:
+        # vLLM's elapsed_ms covers the model's forward pass; scheduling, output processing and
+        # the hand-off to the frontend happen between steps. The median gap between
+        # back-to-back steps (work was still running) is part of every step's period.
+        ordered = sorted(data.steps, key=lambda s: s.t_s)
+        gaps = [b.t_s - b.duration_s - a.t_s for a, b in itertools.pairwise(ordered)
+                if a.running > 0 and 0.0 <= b.t_s - b.duration_s - a.t_s < 0.05]
+        if len(gaps) >= MIN_SAMPLES:
+            cal.step_gap_s = float(np.median(gaps))
+            cal.step.base_s += cal.step_gap_s
         cal.step.note = (f"{cal.step.n} of {cal.steps} engine steps"
-                         + (", those with no worker busy" if use_quiet else ""))
+                         + (", those with no worker busy" if use_quiet else "")
+                         + f"; base includes a {cal.step_gap_s * 1e3:.3f} ms gap between steps")
         if use_quiet:
             cal.contention, cal.contention_n = contention(data.steps, cal.step, kv, busy)
     elif data.steps:

@@ -1,0 +1,127 @@
+"""How well does a calibrated simulator predict the runtime on runs it was not fitted on?
+
+The loop a user runs, end to end, on this machine:
+
+1. **Capacity.** For each image mix, a fresh default ``edgeserve serve`` is driven closed-loop
+   (``--probe-concurrency`` in flight for ``--probe-s``) to find the rate it sustains.
+2. **Runs.** Three fresh servers with ``--trace``, each offered Poisson arrivals for
+   ``--duration`` seconds by ``edgeserve bench run``: the *calibration* run (``--calib-mix`` at
+   ``--calib-load`` of its capacity) and two *held-out* runs with other mixes and rates, one light
+   (``--low-mix`` at ``--low-load`` < 0.6) and one near saturation (``--high-mix`` at
+   ``--high-load`` > 0.85).
+3. **Calibrate** on the first trace only (:func:`sim.calibrate.calibrate_traces` → profile YAML).
+4. **Validate** on each held-out trace (:func:`sim.validate.validate`): measured vs simulated
+   TTFT/TPOT/ITL/E2E mean, p50, p90, p99, throughput, stages, stall, and CDF plots.
+
+Server and client are pinned with ``taskset`` (``--server-cpus``, ``--client-cpus``); the load
+average is printed before and after. Targets (issue 12): TTFT and E2E p50 within 5 %, p99 within
+10 %, throughput within 3 %, on both held-out runs.
+
+    .venv/bin/python benchmarks/sim_fidelity.py --out results/sim_fidelity
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from serve_soak import start_server, stop_server
+
+TARGETS = {"ttft p50": 0.05, "e2e p50": 0.05, "ttft p99": 0.10, "e2e p99": 0.10,
+           "throughput req/s": 0.03}
+
+
+def bench(url: str, *, mix: str, rate: float | None, duration: float, out: Path,
+          cpus: str, concurrency: int | None = None) -> dict[str, Any]:
+    cmd = ["taskset", "-c", cpus, sys.executable, "-m", "edgeserve", "bench", "run",
+           "--url", url, "--images", mix, "--duration", str(duration), "--output-len", "16",
+           "--no-progress", "--save-result", str(out), "--seed", "11"]
+    if rate is not None:
+        cmd += ["--request-rate", f"{rate:.4f}"]
+    if concurrency is not None:
+        cmd += ["--max-concurrency", str(concurrency), "--request-rate", "inf"]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    return dict(json.loads(out.read_text()))
+
+
+def served_run(name: str, out: Path, args: argparse.Namespace, *, mix: str, rate: float | None,
+               concurrency: int | None = None, trace: bool = True) -> dict[str, Any]:
+    extra = ["--trace", str(out / f"{name}.jsonl")] if trace else []
+    server, url = start_server(out, extra, name, prefix=["taskset", "-c", args.server_cpus])
+    try:
+        return bench(url, mix=mix, rate=rate, duration=args.probe_s if concurrency else
+                     args.duration, out=out / f"{name}-bench.json", cpus=args.client_cpus,
+                     concurrency=concurrency)
+    finally:
+        stop_server(server)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--duration", type=float, default=90.0, help="seconds of load per run")
+    p.add_argument("--probe-s", type=float, default=40.0)
+    p.add_argument("--probe-concurrency", type=int, default=8)
+    p.add_argument("--calib-mix", default="1mp")
+    p.add_argument("--calib-load", type=float, default=0.7)
+    p.add_argument("--low-mix", default="640x480:1,1280x720:1")
+    p.add_argument("--low-load", type=float, default=0.5)
+    p.add_argument("--high-mix", default="12mp")
+    p.add_argument("--high-load", type=float, default=0.9)
+    p.add_argument("--server-cpus", default="0,1")
+    p.add_argument("--client-cpus", default="0,1")
+    p.add_argument("--out", type=Path, default=Path("results/sim_fidelity"))
+    args = p.parse_args()
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"load average before: {os.getloadavg()[0]:.2f}", flush=True)
+    runs = {"calib": (args.calib_mix, args.calib_load), "low": (args.low_mix, args.low_load),
+            "high": (args.high_mix, args.high_load)}
+    capacity: dict[str, float] = {}
+    for mix in dict.fromkeys(m for m, _ in runs.values()):
+        r = served_run(f"probe-{len(capacity)}", out, args, mix=mix, rate=None,
+                       concurrency=args.probe_concurrency, trace=False)
+        capacity[mix] = float(r["request_throughput"])
+        print(f"capacity of {mix}: {capacity[mix]:.2f} req/s", flush=True)
+    offered = {}
+    for name, (mix, load) in runs.items():
+        offered[name] = load * capacity[mix]
+        print(f"run {name}: {mix} at {offered[name]:.2f} req/s ({load:g} × capacity) for "
+              f"{args.duration:g} s", flush=True)
+        served_run(name, out, args, mix=mix, rate=offered[name])
+
+    import yaml
+
+    from sim.calibrate import calibrate_traces, format_fits, read_traces, to_profile
+    from sim.validate import plot_cdfs, validate
+
+    cal = calibrate_traces(read_traces([out / "calib.jsonl"]))
+    print(format_fits(cal))
+    profile = to_profile(cal, None, "fidelity-calib", [str(out / "calib.jsonl")])
+    (out / "calib-profile.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
+    report: dict[str, Any] = {"capacity_rps": capacity, "offered_rps": offered, "runs": {}}
+    for name in ("calib", "low", "high"):
+        v, _ = validate(profile, out / f"{name}.jsonl", profile_name="fidelity-calib")
+        print(("\n(in-sample) " if name == "calib" else "\n(held out) ") + v.format())
+        plot_cdfs(v, out / f"cdf_{name}.png")
+        rows = {q: (a, b, e) for q, a, b, e in v.rows()}
+        report["runs"][name] = v.as_dict()
+        if name != "calib":
+            for q, bound in TARGETS.items():
+                e = rows.get(q, (None, None, None))[2]
+                verdict = "—" if e is None else ("met" if abs(e) <= bound else "MISSED")
+                print(f"  target {q:18s} ±{bound * 100:.0f} %: "
+                      f"{'—' if e is None else f'{e * 100:+.1f} %'} {verdict}")
+    report["loadavg_1m_after"] = os.getloadavg()[0]
+    (out / "sim_fidelity.json").write_text(json.dumps(report, indent=1))
+    print(f"\nload average after: {os.getloadavg()[0]:.2f}; wrote {out / 'sim_fidelity.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
