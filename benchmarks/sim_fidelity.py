@@ -3,7 +3,7 @@
 The loop a user runs, end to end, on this machine:
 
 1. **Capacity.** For each image mix, a fresh default ``edgeserve serve`` is driven closed-loop
-   (``--probe-concurrency`` in flight for ``--probe-s``) to find the rate it sustains.
+   (``--probe-concurrency`` in flight, 8 × that many requests) to find the rate it sustains.
 2. **Runs.** Three fresh servers with ``--trace``, each offered Poisson arrivals for
    ``--duration`` seconds by ``edgeserve bench run``: the *calibration* run (``--calib-mix`` at
    ``--calib-load`` of its capacity) and two *held-out* runs with other mixes and rates, one light
@@ -40,12 +40,12 @@ TARGETS = {"ttft p50": 0.05, "e2e p50": 0.05, "ttft p99": 0.10, "e2e p99": 0.10,
 def bench(url: str, *, mix: str, rate: float | None, duration: float, out: Path,
           cpus: str, concurrency: int | None = None) -> dict[str, Any]:
     cmd = ["taskset", "-c", cpus, sys.executable, "-m", "edgeserve", "bench", "run",
-           "--url", url, "--images", mix, "--duration", str(duration), "--output-len", "16",
+           "--url", url, "--images", mix, "--output-len", "16",
            "--no-progress", "--save-result", str(out), "--seed", "11"]
-    if rate is not None:
-        cmd += ["--request-rate", f"{rate:.4f}"]
-    if concurrency is not None:
-        cmd += ["--max-concurrency", str(concurrency), "--request-rate", "inf"]
+    if concurrency is not None:  # closed loop: a fixed count (a duration needs a finite rate)
+        cmd += ["--max-concurrency", str(concurrency), "--num-prompts", str(8 * concurrency)]
+    else:
+        cmd += ["--request-rate", f"{rate:.4f}", "--duration", str(duration)]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return dict(json.loads(out.read_text()))
 
@@ -55,8 +55,8 @@ def served_run(name: str, out: Path, args: argparse.Namespace, *, mix: str, rate
     extra = ["--trace", str(out / f"{name}.jsonl")] if trace else []
     server, url = start_server(out, extra, name, prefix=["taskset", "-c", args.server_cpus])
     try:
-        return bench(url, mix=mix, rate=rate, duration=args.probe_s if concurrency else
-                     args.duration, out=out / f"{name}-bench.json", cpus=args.client_cpus,
+        return bench(url, mix=mix, rate=rate, duration=args.duration,
+                     out=out / f"{name}-bench.json", cpus=args.client_cpus,
                      concurrency=concurrency)
     finally:
         stop_server(server)
@@ -65,7 +65,6 @@ def served_run(name: str, out: Path, args: argparse.Namespace, *, mix: str, rate
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--duration", type=float, default=90.0, help="seconds of load per run")
-    p.add_argument("--probe-s", type=float, default=40.0)
     p.add_argument("--probe-concurrency", type=int, default=8)
     p.add_argument("--calib-mix", default="1mp")
     p.add_argument("--calib-load", type=float, default=0.7)
