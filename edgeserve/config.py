@@ -14,6 +14,9 @@ A config file (YAML or JSON) has the same field names; the engine options sit un
       max_model_len: 4096
       max_num_seqs: 8
       kv_cache_memory_bytes: 268435456   # optional: the default sizes it from the model
+    encoder: onnx                        # optional: the vision tower on ONNX Runtime
+    encoder_provider: OpenVINO
+    encoder_provider_options: {device_type: NPU}
 
 Flags given on the command line override the file.
 """
@@ -40,6 +43,16 @@ class PreprocMode(enum.StrEnum):
 
     SPLIT = "split"  # in worker processes, apart from the frontend and the engine
     INLINE = "inline"  # on the frontend's event loop (the comparison baseline)
+
+
+class EncoderKind(enum.StrEnum):
+    """Where the vision encoder (the model's vision tower) runs."""
+
+    NONE = "none"  # inside the vLLM engine, as vLLM runs it
+    ONNX = "onnx"  # on ONNX Runtime in the preprocessing stage; vLLM gets image embeddings
+
+
+ENCODER_SUBDIR = "onnx"  # where `edgeserve models export-encoder` writes a model's graph
 
 
 def default_workers() -> int:
@@ -94,6 +107,11 @@ class ServeConfig:
     admitted in total; beyond either the server answers 429 with ``Retry-After``. At most
     ``max_engine_queue`` requests (default 2 × max_num_seqs) are between preprocessing and their
     first token; more wait in front of preprocessing (at most ``max_pending`` of them).
+
+    Vision encoder: with ``encoder`` ``onnx`` the graph in ``encoder_path`` (default
+    ``<model>/onnx``) runs on ONNX Runtime's ``encoder_provider`` (with
+    ``encoder_provider_options``, ``encoder_threads`` intra-op threads per process) right after
+    patchify, and vLLM receives ``image_embeds`` (see :mod:`edgeserve.encoder`).
     """
 
     model: str = str(DEFAULT_MODEL_DIR)
@@ -119,6 +137,12 @@ class ServeConfig:
     max_pixels: int | None = None
     preproc_backend: str = "auto"
     fast_decode: bool = True
+    # vision encoder
+    encoder: EncoderKind = EncoderKind.NONE
+    encoder_path: str | None = None  # None: <model>/onnx
+    encoder_provider: str = "CPU"  # an ONNX Runtime execution provider, short or full name
+    encoder_threads: int = 1  # intra-op threads of each process's session
+    encoder_provider_options: dict[str, Any] = field(default_factory=dict)
     # observability
     trace: str | None = None
     engine_log: str | None = None  # vLLM's output; None: a file in the temp directory
@@ -168,6 +192,26 @@ class ServeConfig:
                 f"preproc_backend must be auto, pillow or opencv, got {self.preproc_backend!r}")
         if self.sample_interval_s <= 0 or self.http_timeout_s <= 0 or self.drain_timeout_s < 0:
             raise ConfigError("sample_interval_s and http_timeout_s must be > 0, drain_timeout_s >= 0")
+        self._check_encoder()
+
+    def _check_encoder(self) -> None:
+        if not isinstance(self.encoder, EncoderKind):
+            try:
+                object.__setattr__(self, "encoder", EncoderKind(self.encoder))
+            except ValueError:
+                raise ConfigError(f"encoder must be 'none' or 'onnx', got {self.encoder!r}") from None
+        if self.encoder_path is None and self.encoder is EncoderKind.ONNX:
+            object.__setattr__(self, "encoder_path", str(Path(self.model) / ENCODER_SUBDIR))
+        if not isinstance(self.encoder_threads, int) or self.encoder_threads < 1:
+            raise ConfigError(f"encoder_threads must be an integer >= 1, got {self.encoder_threads!r}")
+        if not isinstance(self.encoder_provider, str) or not self.encoder_provider.strip():
+            raise ConfigError("encoder_provider must name an ONNX Runtime execution provider "
+                              f"(CPU, CUDA, OpenVINO, QNN, CoreML, …), got {self.encoder_provider!r}")
+        opts = self.encoder_provider_options
+        if not isinstance(opts, dict) or not all(
+                isinstance(k, str) and isinstance(v, str | int | float | bool) for k, v in opts.items()):
+            raise ConfigError("encoder_provider_options must map option names to strings or "
+                              f"numbers (ONNX Runtime's provider options), got {opts!r}")
 
     @property
     def model_name(self) -> str:

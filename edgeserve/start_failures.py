@@ -14,6 +14,7 @@ import errno
 import re
 from pathlib import Path
 
+from edgeserve.encoder import EncoderError
 from edgeserve.engine_memory import KVCacheTooSmall
 
 # "ValueError: ...", "torch.OutOfMemoryError: ..." — the last line of a traceback
@@ -41,7 +42,7 @@ def root_cause(exc: BaseException, log_text: str) -> str:
 def explain(exc: BaseException, log_path: Path | None, *, host: str = "", port: int = 0) -> str:
     """One paragraph: what failed, the likely cause, what to change."""
     where = f" Full log: {log_path} (or run with --verbose)." if log_path else ""
-    if isinstance(exc, KVCacheTooSmall | ModelFolderError):
+    if isinstance(exc, KVCacheTooSmall | ModelFolderError | EncoderError):
         return f"cannot start: {exc}"
     if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
         return (f"cannot listen on {host}:{port}: the port is in use (another server is running "

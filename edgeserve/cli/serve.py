@@ -31,6 +31,8 @@ _FIELDS = {
     "max_image_pixels": "max_image_pixels", "max_images_per_request": "max_images_per_request",
     "min_pixels": "min_pixels", "max_pixels": "max_pixels", "fast_decode": "fast_decode",
     "preproc_backend": "preproc_backend",
+    "encoder": "encoder", "encoder_path": "encoder_path", "encoder_provider": "encoder_provider",
+    "encoder_threads": "encoder_threads",
     "trace": "trace", "engine_log": "engine_log", "verbose": "verbose",
     "sample_interval": "sample_interval_s", "drain_timeout": "drain_timeout_s",
     "max_model_len": "engine.max_model_len", "max_num_seqs": "engine.max_num_seqs",
@@ -87,6 +89,22 @@ def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
     g.add_argument("--no-fast-decode", dest="fast_decode", action="store_const", const=False,
                    help="decode JPEGs at full size instead of at 1/2..1/8 scale when the target "
                    "is small enough")
+    g = p.add_argument_group("vision encoder")
+    g.add_argument("--encoder", choices=["none", "onnx"],
+                   help="none: vLLM runs the vision tower inside the engine; onnx: the exported "
+                   "tower runs on ONNX Runtime in each preprocessing worker right after patchify "
+                   "(in the frontend with --mode inline) and vLLM receives image embeddings "
+                   "(default: none)")
+    g.add_argument("--encoder-path", metavar="DIR",
+                   help="folder with encoder.onnx and encoder.json, written by `edgeserve models "
+                   "export-encoder` (default: MODEL/onnx)")
+    g.add_argument("--encoder-provider", metavar="NAME",
+                   help="ONNX Runtime execution provider: CPU, or CUDA, OpenVINO, QNN, CoreML … "
+                   "where that onnxruntime build is installed; its options go in the --config "
+                   f"file as encoder_provider_options (default: {_d('encoder_provider')})")
+    g.add_argument("--encoder-threads", type=int, metavar="N",
+                   help="intra-op threads of each process's ONNX Runtime session "
+                   f"(default: {_d('encoder_threads')})")
     g = p.add_argument_group("admission and limits")
     g.add_argument("--max-pending", type=int, metavar="N",
                    help="requests waiting for a preprocessing worker before 429 "

@@ -3,7 +3,8 @@
 This is the baseline the split exists to beat. While an image decodes here, the event loop does
 nothing else: no HTTP request is parsed, no token is streamed, and vLLM's output handler (which
 runs on the same loop) cannot hand new work to the engine — exactly the situation of a server that
-preprocesses in its API process.
+preprocesses in its API process. With ``--encoder onnx`` the vision encoder runs here too, on the
+loop, in a session the frontend opens at start-up.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 
 import numpy as np
 
-from edgeserve.preproc_pool.compute import decode_base64, process_image
+from edgeserve.preproc_pool.compute import Encoder, decode_base64, process_image
 from edgeserve.preproc_pool.messages import ErrorKind, PreprocParams, SourceKind
 from edgeserve.preproc_pool.pool import ImageInput, PoolFull, Preprocessed, PreprocFailed
 
@@ -29,9 +30,13 @@ class InlinePreproc:
         self.busy_total_s = 0.0
         self.slots: list[object] = []
         self.deaths = 0
+        self.encoder: Encoder | None = None
 
     async def start(self) -> None:
         import mm_preproc  # noqa: F401 — pay the import before the first request
+
+        if self.params.encoder is not None:
+            self.encoder = self.params.encoder.open()
 
     async def close(self) -> None:
         return None
@@ -68,11 +73,11 @@ class InlinePreproc:
                         raise PreprocFailed(ErrorKind.BAD_IMAGE, str(e)) from None
             arrays: list[np.ndarray] = []
 
-            def alloc(shape: tuple[int, int, int]) -> np.ndarray:
-                arrays.append(np.empty(shape, np.uint8))
+            def alloc(shape: tuple[int, ...], dtype: str) -> np.ndarray:
+                arrays.append(np.empty(shape, dtype))
                 return arrays[-1]
 
-            result = process_image(0, data, self.params, alloc)
+            result = process_image(0, data, self.params, alloc, self.encoder)
         finally:
             self.running -= 1
             self.busy_total_s += time.monotonic() - start

@@ -2,7 +2,9 @@
 
 Pixels never travel in these messages: a :class:`Job` names the shared-memory segment (or the
 local file) that holds the image bytes and the segment the worker writes the resized pixels to;
-a :class:`JobResult` gives the array's shape and the worker's stage timestamps.
+a :class:`JobResult` gives the array's shape and the worker's stage timestamps. With an encoder
+(``--encoder onnx``) the array is the image's ``image_embeds`` and the result carries its patch
+grid; the worker announces the start of each encode with an :class:`Encoding` message.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import enum
 
 import msgspec
+
+from edgeserve.encoder import EncoderSpec
 
 
 class SourceKind(enum.StrEnum):
@@ -37,6 +41,7 @@ class PreprocParams(msgspec.Struct, frozen=True, array_like=True):
     max_image_bytes: int
     backend: str = "auto"
     fast_decode: bool = True
+    encoder: EncoderSpec | None = None  # run the vision encoder after patchify
 
 
 class Job(msgspec.Struct, frozen=True, array_like=True):
@@ -65,6 +70,15 @@ class JobResult(msgspec.Struct, array_like=True, tag="result"):
     decode_end_s: float = 0.0
     resize_end_s: float = 0.0
     normalize_end_s: float = 0.0
+    # with an encoder: the output is image_embeds (tokens, hidden) float32 for this patch grid
+    grid_thw: tuple[int, ...] = ()
+    encode_end_s: float = 0.0
+
+
+class Encoding(msgspec.Struct, array_like=True, tag="encoding"):
+    """A worker has patchified the job's image and starts encoding it."""
+
+    job_id: int
 
 
 class Ready(msgspec.Struct, array_like=True, tag="ready"):
@@ -75,4 +89,4 @@ class Ready(msgspec.Struct, array_like=True, tag="ready"):
 
 encoder = msgspec.msgpack.Encoder()
 job_decoder = msgspec.msgpack.Decoder(Job)
-reply_decoder = msgspec.msgpack.Decoder(JobResult | Ready)
+reply_decoder = msgspec.msgpack.Decoder(JobResult | Encoding | Ready)

@@ -28,6 +28,7 @@ import numpy as np
 
 from edgeserve.preproc_pool import shm
 from edgeserve.preproc_pool.messages import (
+    Encoding,
     ErrorKind,
     Job,
     JobResult,
@@ -72,9 +73,9 @@ class ImageInput:
 
 @dataclass(slots=True)
 class Preprocessed:
-    """A job's outcome: the ready-sized pixels plus what the record needs."""
+    """A job's outcome: the array for the engine plus what the record needs."""
 
-    pixels: np.ndarray  # target_h × target_w × 3, uint8
+    pixels: np.ndarray  # target_h × target_w × 3 uint8; with an encoder: image_embeds, float32
     result: JobResult
     worker: int  # worker slot index, -1 for inline
     queued_s: float  # when the job entered the queue
@@ -103,6 +104,7 @@ class WorkerSlot:
     # pipe (at most PIPELINE_DEPTH in all) so the worker never idles between jobs
     jobs: deque[_Pending] = field(default_factory=deque)
     busy_since_s: float | None = None
+    encoding: bool = False  # its job in progress has reached the encoder
     busy_total_s: float = 0.0  # completed busy time since start
     restarts: int = 0
     early_deaths: int = 0  # consecutive deaths before becoming ready (a broken environment)
@@ -115,6 +117,14 @@ class WorkerSlot:
     @property
     def busy(self) -> bool:
         return bool(self.jobs)
+
+    @property
+    def stage(self) -> str:
+        """What the worker does now: ``encode``, ``preproc`` (before the encoder), ``idle`` or
+        ``starting``."""
+        if self.jobs:
+            return "encode" if self.encoding else "preproc"
+        return "idle" if self.ready else "starting"
 
     def busy_s(self, now: float) -> float:
         """Total busy time up to ``now``, including the job in progress."""
@@ -273,6 +283,8 @@ class PreprocPool:
                 msg = reply_decoder.decode(conn.recv_bytes())
                 if isinstance(msg, Ready):
                     slot.ready, slot.early_deaths = True, 0
+                elif isinstance(msg, Encoding):
+                    slot.encoding = bool(slot.jobs) and msg.job_id == slot.jobs[0].job_id
                 elif slot.jobs and msg.job_id == slot.jobs[0].job_id:
                     self._complete(slot, msg)
         except (EOFError, OSError):
@@ -285,6 +297,7 @@ class PreprocPool:
 
     def _complete(self, slot: WorkerSlot, result: JobResult) -> None:
         p = slot.jobs.popleft()
+        slot.encoding = False
         now = time.monotonic()
         if slot.busy_since_s is not None:
             slot.busy_total_s += now - slot.busy_since_s
@@ -317,7 +330,7 @@ class PreprocPool:
             slot.early_deaths += 1
         if slot.conn is not None:
             slot.conn.close()
-        slot.conn, slot.ready = None, False
+        slot.conn, slot.ready, slot.encoding = None, False, False
         if slot.busy_since_s is not None:
             slot.busy_total_s += time.monotonic() - slot.busy_since_s
         slot.busy_since_s = None

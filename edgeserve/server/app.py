@@ -32,6 +32,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from edgeserve import records
 from edgeserve.config import PreprocMode, ServeConfig
 from edgeserve.console import say
+from edgeserve.encoder import EncoderSpec, check_encoder
 from edgeserve.engine import Engine
 from edgeserve.metrics import Metrics
 from edgeserve.preproc_pool import shm
@@ -75,10 +76,13 @@ async def models(request: web.Request) -> web.Response:
 async def health(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
     p = ctx.preproc
-    workers = []
+    workers: list[dict[str, object]] = []
     if isinstance(p, PreprocPool):
         workers = [{"index": s.index, "pid": s.pid, "ready": s.ready, "busy": s.busy,
                     "restarts": s.restarts} for s in p.slots]
+        if p.params.encoder is not None:  # preproc or encode: where a busy worker is
+            for w, s in zip(workers, p.slots, strict=True):
+                w["stage"] = s.stage
     body = {
         "status": "draining" if ctx.draining else "ok",
         "mode": ctx.config.mode.value,
@@ -128,11 +132,15 @@ async def serve(cfg: ServeConfig, ready_message: bool = True) -> int:
     stale = shm.sweep_stale()
     if stale:
         log.warning("removed %d shared-memory segments left by dead servers", len(stale))
+    spec = check_encoder(cfg)  # before anything starts: a missing or foreign export fails here
+    if spec is not None:
+        say(_encoder_line(cfg, spec))
     meter = StallMeter(time.monotonic())
     params = PreprocParams(min_pixels=int(cfg.min_pixels or 0), max_pixels=int(cfg.max_pixels or 0),
                            max_image_pixels=cfg.max_image_pixels,
                            max_image_bytes=cfg.max_image_bytes,
-                           backend=cfg.preproc_backend, fast_decode=cfg.fast_decode)
+                           backend=cfg.preproc_backend, fast_decode=cfg.fast_decode,
+                           encoder=spec)
     preproc: PreprocPool | InlinePreproc
     if cfg.mode is PreprocMode.SPLIT:
         preproc = PreprocPool(cfg.workers, params, cfg.max_pending)
@@ -160,6 +168,9 @@ async def serve(cfg: ServeConfig, ready_message: bool = True) -> int:
                                "max_engine_queue": cfg.max_engine_queue,
                                "engine": engine.describe(),
                                "processes": process_layout(preproc.worker_pids())}
+    if spec is not None:
+        meta["encoder"] = {"kind": cfg.encoder.value, "graph": spec.graph,
+                           "provider": spec.provider, "threads": spec.intra_op_threads}
     recorder = Recorder(cfg.trace, Metrics(), meta)
     engine.state.on_step = recorder.step
     ctx = ServerContext(
@@ -195,6 +206,14 @@ async def serve(cfg: ServeConfig, ready_message: bool = True) -> int:
         recorder.close()
         shm.sweep(os.getpid())
     return 1 if ctx.engine_died else 0
+
+
+def _encoder_line(cfg: ServeConfig, spec: EncoderSpec) -> str:
+    where = ("in each preprocessing worker" if cfg.mode is PreprocMode.SPLIT
+             else "in the frontend (inline mode)")
+    return (f"vision encoder: {spec.graph} on ONNX Runtime {spec.provider}, "
+            f"{spec.intra_op_threads} intra-op thread(s) {where}; vLLM receives image embeddings "
+            "and does not load its own tower")
 
 
 def bind_socket(host: str, port: int) -> socket.socket:

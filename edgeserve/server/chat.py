@@ -9,7 +9,8 @@ success, a 400, a 429, a dead worker, a client that hangs up — the record is f
 * 400: malformed request or an image that cannot be used (the message says why);
 * 404: a ``model`` other than the served one;
 * 429 + ``Retry-After``: admission limits reached (``--max-inflight``, ``--max-pending``);
-* 500: a worker died or the engine failed (with the reason);
+* 500: a worker died, the vision encoder failed or gave embeddings of the wrong shape, or the
+  engine failed (with the reason);
 * 503 + ``Retry-After``: the server is draining for shutdown.
 """
 
@@ -25,6 +26,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from edgeserve.encoder import embeds_shape_error
 from edgeserve.preproc_pool.messages import ErrorKind
 from edgeserve.preproc_pool.pool import PoolFull, Preprocessed, PreprocFailed
 from edgeserve.records import Outcome, RequestRecord
@@ -137,6 +139,8 @@ async def _preprocess(ctx: ServerContext, urls: list[str], rec: RequestRecord) -
     rec.decode_end_s = first.decode_end_s
     rec.resize_end_s = first.resize_end_s
     rec.normalize_end_s = max(d.result.normalize_end_s for d in done)
+    if first.grid_thw:  # the vision encoder ran after patchify
+        rec.encode_end_s = max(d.result.encode_end_s for d in done)
     rec.source_width, rec.source_height = first.source_width, first.source_height
     rec.target_width, rec.target_height = first.target_width, first.target_height
     rec.image_tokens = sum((d.result.target_width // FACTOR) * (d.result.target_height // FACTOR)
@@ -157,9 +161,10 @@ async def _generate(ctx: ServerContext, request: web.Request, req: proto.ChatReq
             min_tokens=req.min_tokens)
     except ValueError as e:
         raise HTTPFailure(400, f"invalid sampling parameters: {e}", Outcome.REJECTED) from None
+    grids = _checked_grids(ctx, images) if engine.takes_embeds else None
     rec.engine_queued_s = time.monotonic()
     gen = engine.generate(rec.id, prompt, [i.pixels for i in images],
-                          [i.result.content_hash for i in images], params)
+                          [i.result.content_hash for i in images], params, grids)
     del images  # the arrays now belong to vLLM's input processing
     try:
         first = await _first_output(ctx, gen)
@@ -171,6 +176,20 @@ async def _generate(ctx: ServerContext, request: web.Request, req: proto.ChatReq
     if req.stream:
         return await _stream(ctx, request, req, rec, gen, first)
     return await _complete(ctx, req, rec, gen, first)
+
+
+def _checked_grids(ctx: ServerContext, images: list[Preprocessed]) -> list[tuple[int, ...]]:
+    """Each image's patch grid, once its embeddings are known to fit it — an array of another
+    shape would give the engine a wrong number of image tokens, or crash it."""
+    spec = ctx.preproc.params.encoder
+    assert spec is not None
+    for n, image in enumerate(images, start=1):
+        why = embeds_shape_error(image.pixels.shape, image.result.grid_thw, spec.merge_size,
+                                 spec.hidden_size)
+        if why is not None:
+            raise HTTPFailure(500, f"the vision encoder's output for image {n} does not fit the "
+                                   f"model: {why}", Outcome.FAILED)
+    return [image.result.grid_thw for image in images]
 
 
 def _engine_failure(ctx: ServerContext, e: Exception) -> HTTPFailure:

@@ -52,8 +52,7 @@ class ServerContext:
         p = self.preproc
         if isinstance(p, PreprocPool):
             busy_now = [s.busy_s(now) for s in p.slots]
-            stage = ["preproc" if s.busy else ("idle" if s.ready else "starting")
-                     for s in p.slots]
+            stage = [s.stage for s in p.slots]
         else:
             busy_now = [p.busy_total_s]
             stage = ["preproc" if p.running else "idle"]
