@@ -7,6 +7,14 @@ vLLM's Qwen2-VL processor leaves the size alone and only rescales, normalizes an
 Each image carries a content hash as its ``multi_modal_uuids`` entry, so vLLM does not hash the
 pixels itself and its multimodal caches hit when an image repeats.
 
+With ``--encoder onnx`` images arrive as their vision tower's output instead (:mod:`edgeserve.encoder`):
+the engine is created with ``enable_mm_embeds`` and an image limit of 0 — which vLLM reads as
+"embeddings only": the tower's weights are not even loaded — and each request's images reach it
+as one ``{"image_embeds": E, "image_grid_thw": G}`` item (rows of all images concatenated, one
+grid row per image), which vLLM's Qwen2-VL splits back by the grids. Content hashes still go as
+``multi_modal_uuids`` (they then name the embeddings); no ``mm_processor_kwargs`` go with
+embeddings, since nothing is resized or normalized any more.
+
 Engine busy time comes from vLLM's public stat-logger interface: with
 ``enable_logging_iteration_details`` every step's ``SchedulerStats`` carries
 ``iteration_details.elapsed_ms``. :class:`EngineActivityLogger` forwards those to the
@@ -25,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from edgeserve import engine_memory
-from edgeserve.config import ServeConfig
+from edgeserve.config import EncoderKind, ServeConfig
 from edgeserve.console import say
 from edgeserve.records import EngineStep
 from edgeserve.stalls import StallMeter
@@ -148,6 +156,7 @@ class Engine:
         # transformers' Qwen2-VL processor takes the pixel limits as size bounds
         self.mm_kwargs = {"size": {"shortest_edge": config.min_pixels,
                                    "longest_edge": config.max_pixels}}
+        self.takes_embeds = config.encoder is not EncoderKind.NONE
 
     def start(self) -> None:
         """Create the engine (loads the model, starts EngineCore; tens of seconds on CPU)."""
@@ -157,6 +166,12 @@ class Engine:
         check_model_folder(self.config.model)
         opts = self.config.engine
         memory = self.memory_args()
+        images: dict[str, Any] = {"limit_mm_per_prompt": {
+            "image": self.config.max_images_per_request, "video": 0}}
+        if self.takes_embeds:
+            # limit 0 + enable_mm_embeds: embeddings only, the tower is not loaded; the frontend
+            # enforces max_images_per_request itself
+            images = {"limit_mm_per_prompt": {"image": 0, "video": 0}, "enable_mm_embeds": True}
         args = AsyncEngineArgs(
             model=self.config.model,
             served_model_name=[self.config.model_name],
@@ -166,10 +181,10 @@ class Engine:
             enforce_eager=opts.enforce_eager,
             seed=opts.seed,
             enable_prefix_caching=opts.enable_prefix_caching,
-            limit_mm_per_prompt={"image": self.config.max_images_per_request, "video": 0},
             mm_processor_kwargs=self.mm_kwargs,
             disable_log_stats=True,  # no periodic log lines; our logger still receives stats
             enable_logging_iteration_details=True,
+            **images,
             **memory,
             **opts.extra,
         )
@@ -278,9 +293,20 @@ class Engine:
         return SamplingParams(**kwargs)
 
     def generate(self, request_id: str, prompt: str, images: list[np.ndarray],
-                 uuids: list[str], params: Any) -> AsyncIterator[RequestOutput]:
+                 uuids: list[str], params: Any,
+                 grids: list[tuple[int, ...]] | None = None) -> AsyncIterator[RequestOutput]:
+        """Start generating. ``images`` are ready-sized pixels, or with ``grids`` (one (t, h, w)
+        per image) their image embeddings, whose shapes the caller has checked."""
         engine_prompt: dict[str, Any] = {"prompt": prompt}
-        if images:
+        if images and grids is not None:
+            import torch
+
+            embeds = images[0] if len(images) == 1 else np.concatenate(images)
+            engine_prompt["multi_modal_data"] = {"image": {
+                "image_embeds": torch.from_numpy(embeds),
+                "image_grid_thw": torch.tensor(grids, dtype=torch.int64)}}
+            engine_prompt["multi_modal_uuids"] = {"image": uuids}
+        elif images:
             engine_prompt["multi_modal_data"] = {"image": images}
             engine_prompt["multi_modal_uuids"] = {"image": uuids}
             engine_prompt["mm_processor_kwargs"] = self.mm_kwargs
