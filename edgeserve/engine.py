@@ -190,8 +190,10 @@ class Engine:
         )
         factory = _make_logger_factory(self.meter, self.state)
         before = _psm_segments()
-        self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[factory])
-        self._engine_segments = _psm_segments() - before
+        try:
+            self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[factory])
+        finally:  # a failed start leaves vLLM's queue segments too: shutdown() removes them
+            self._engine_segments = _psm_segments() - before
         self._tokenizer = self._llm.get_tokenizer()
 
     def memory_args(self) -> dict[str, Any]:
