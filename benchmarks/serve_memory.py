@@ -38,6 +38,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -58,8 +59,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def tree_rss(pid: int) -> dict[str, int]:
-    """RSS per process of the tree rooted at ``pid``, keyed ``name:pid``."""
+def tree_rss(pid: int, label: Callable[[psutil.Process], str] | None = None) -> dict[str, int]:
+    """RSS per process of the tree rooted at ``pid``, keyed ``label(process):pid`` (default: the
+    process name)."""
     out: dict[str, int] = {}
     try:
         root = psutil.Process(pid)
@@ -68,7 +70,7 @@ def tree_rss(pid: int) -> dict[str, int]:
         return out
     for p in procs:
         try:
-            out[f"{p.name()}:{p.pid}"] = p.memory_info().rss
+            out[f"{label(p) if label else p.name()}:{p.pid}"] = p.memory_info().rss
         except psutil.Error:
             continue
     return out

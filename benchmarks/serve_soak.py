@@ -41,10 +41,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_memory import free_port
+from serve_memory import free_port, tree_rss
 
 from edgeserve.bench.client import RequestResult, send_chat
 from edgeserve.bench.runner import chat_url, fetch_model_id
@@ -70,18 +69,7 @@ def role(name: str, cmdline: list[str], is_root: bool) -> str:
 
 def sample_tree(pid: int) -> dict[str, int]:
     """RSS per process of the server's tree, keyed ``role:pid``."""
-    out: dict[str, int] = {}
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return out
-    for p in procs:
-        try:
-            out[f"{role(p.name(), p.cmdline(), p.pid == pid)}:{p.pid}"] = p.memory_info().rss
-        except psutil.Error:
-            continue
-    return out
+    return tree_rss(pid, lambda p: role(p.name(), p.cmdline(), p.pid == pid))
 
 
 def shm_usage() -> tuple[int, int]:
