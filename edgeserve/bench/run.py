@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edgeserve.bench.arrivals import ArrivalConfig, arrival_offsets_s
+from edgeserve.bench.datasets import DatasetConfig, DatasetKind, build_dataset, format_dataset_stats
 from edgeserve.bench.report import (
     DEFAULT_PERCENTILES,
     client_stall_fraction,
@@ -31,6 +32,7 @@ class RunConfig:
 
     base_url: str
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)  # images: the workload above
     arrivals: ArrivalConfig = field(default_factory=ArrivalConfig)
     label: str = ""
     goodput_slo_ms: tuple[tuple[str, float], ...] = ()  # (("ttft", 2000.0), …)
@@ -40,6 +42,7 @@ class RunConfig:
     progress: bool = True
     first_image_number: int = 0  # sweeps keep images unique across their runs
     metrics_settle_s: float = 2.5  # wait before the closing /metrics scrape (edgeserve only)
+    print_dataset_stats: bool = True  # print the dataset's length statistics before the run
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
@@ -52,16 +55,33 @@ class RunConfig:
 
 def prepare(config: RunConfig, model: str) -> tuple[list[PreparedRequest], list[float]]:
     """Request bodies and their send times (all of it before the clock starts)."""
+    return prepare_with_stats(config, model)[:2]
+
+
+def prepare_with_stats(
+    config: RunConfig, model: str
+) -> tuple[list[PreparedRequest], list[float], dict[str, Any]]:
+    """Request bodies, send times and the dataset's length statistics (printed unless told not)."""
     from tqdm.auto import tqdm
 
     offsets = [float(x) for x in arrival_offsets_s(config.arrivals)]
+    ds = config.dataset
+    if ds.kind is not DatasetKind.IMAGES:
+        from edgeserve.bench.tokentext import TokenText, find_tokenizer
+
+        text = TokenText(find_tokenizer(ds.tokenizer, model))
+        built = build_dataset(ds, config.workload, len(offsets), model,
+                              config.first_image_number, text)
+        if config.print_dataset_stats:
+            print(format_dataset_stats(ds, built.stats), flush=True)
+        return built.requests, offsets, built.stats
     with tqdm(
         total=len(offsets), desc="preparing", unit="req", disable=not config.progress, leave=False
     ) as bar:
         requests = prepare_requests(
             config.workload, len(offsets), model, config.first_image_number, on_progress=bar.update
         )
-    return requests, offsets
+    return requests, offsets, {}
 
 
 async def run_benchmark(
@@ -69,9 +89,11 @@ async def run_benchmark(
 ) -> dict[str, Any]:
     """Run once and return the result dict (vLLM key names; see :mod:`edgeserve.bench.report`)."""
     model = config.workload.model or await fetch_model_id(config.base_url)
-    requests, offsets = prepared if prepared is not None else await asyncio.to_thread(
-        prepare, config, model
-    )
+    if prepared is not None:
+        requests, offsets = prepared
+        stats: dict[str, Any] = {}
+    else:
+        requests, offsets, stats = await asyncio.to_thread(prepare_with_stats, config, model)
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     before = await scrape(config.base_url)
     run = await run_load(
@@ -94,8 +116,11 @@ async def run_benchmark(
         burstiness=config.arrivals.burstiness,
         max_concurrency=config.arrivals.max_concurrency,
         base_url=config.base_url,
-        workload=config.workload.label,
+        workload=config.workload.label if config.dataset.kind is DatasetKind.IMAGES
+        else config.dataset.label,
     )
+    result["dataset"] = config.dataset.kind.value
+    result["dataset_stats"] = stats
     result |= summarize(run.results, run.duration_s, config.percentiles, dict(config.goodput_slo_ms))
     # a shared machine's other work shows here (1-minute load average, runnable processes)
     result["loadavg_1m_before"] = load_before

@@ -152,6 +152,7 @@ async def warm_up(config: RunConfig, n: int) -> None:
         arrivals=ArrivalConfig(num_requests=n, max_concurrency=1, seed=config.arrivals.seed),
         label="warm-up",
         first_image_number=WARMUP_IMAGE_BASE + config.first_image_number,
+        print_dataset_stats=False,
     )
     await run_benchmark(warm)
 

@@ -143,6 +143,7 @@ class PreparedRequest:
     max_tokens: int
     image_bytes: int  # encoded image bytes (before base64)
     image_pixels: int  # source pixels over all images of the request
+    prompt_len: int = 0  # text tokens by the dataset's own count (0: not counted, image workload)
 
 
 # ---- images ---------------------------------------------------------------------------------
@@ -241,22 +242,32 @@ class ImageFactory:
 # ---- request bodies -------------------------------------------------------------------------
 
 
+def data_url(data: bytes, mime: str) -> str:
+    return f"data:{mime};base64,{base64.b64encode(data).decode()}"
+
+
 def chat_body(
     model: str, prompt: str, images: Iterable[tuple[bytes, str]], max_tokens: int, ignore_eos: bool
 ) -> bytes:
-    """The JSON body of a streaming OpenAI chat completion with images as base64 data URLs.
+    """The JSON body of a streaming OpenAI chat completion with images as base64 data URLs."""
+    content: list[dict[str, object]] = [
+        {"type": "image_url", "image_url": {"url": data_url(data, mime)}} for data, mime in images
+    ]
+    content.append({"type": "text", "text": prompt})
+    return messages_body(model, [{"role": "user", "content": content}], max_tokens, ignore_eos)
+
+
+def messages_body(
+    model: str, messages: list[dict[str, object]], max_tokens: int, ignore_eos: bool
+) -> bytes:
+    """The JSON body of a streaming OpenAI chat completion of ``messages``.
 
     Both ``max_tokens`` and ``max_completion_tokens`` are set (servers read one or the other);
     ``stream_options.include_usage`` asks for the token counts in a last chunk.
     """
-    content: list[dict[str, object]] = [
-        {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{base64.b64encode(data).decode()}"}}
-        for data, mime in images
-    ]
-    content.append({"type": "text", "text": prompt})
     body: dict[str, object] = {
         "model": model,
-        "messages": [{"role": "user", "content": content}],
+        "messages": messages,
         "max_tokens": max_tokens,
         "max_completion_tokens": max_tokens,
         "temperature": 0.0,

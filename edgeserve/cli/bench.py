@@ -58,6 +58,38 @@ def _add_workload_args(p: argparse.ArgumentParser) -> None:
                    help="reuse a few images instead of a unique one per request (server caches hit)")
     g.add_argument("--jpeg-quality", type=int, default=90)
     g.add_argument("--seed", type=int, default=0)
+    d = p.add_argument_group(
+        "dataset (lengths in the model's tokens; their statistics are printed before the run)")
+    d.add_argument("--dataset", default="images",
+                   choices=["images", "sharegpt", "chat", "prefix-repetition",
+                            "mm-prefix-repetition"],
+                   help="images: synthetic image requests (the flags above); sharegpt: a "
+                   "ShareGPT JSON (--dataset-path); chat: generated ShareGPT-like lengths; "
+                   "prefix-repetition: few shared prefixes + unique suffixes; "
+                   "mm-prefix-repetition: shared system prompt + a pool of repeated images "
+                   "with stable uuids (default images)")
+    d.add_argument("--dataset-path", type=Path, metavar="FILE", help="the ShareGPT JSON file")
+    d.add_argument("--tokenizer", type=Path, metavar="PATH",
+                   help="tokenizer.json or its folder (default: the model id, when it is a "
+                   "local folder)")
+    d.add_argument("--sharegpt-output-len", type=int, metavar="N",
+                   help="fixed output tokens (default: the length of each answer)")
+    d.add_argument("--chat-prompt-len", default="256:256:4:2048", metavar="MEAN:STD:MIN:MAX",
+                   help="chat prompt tokens: lognormal of this mean and std, rounded, kept "
+                   "within MIN..MAX; N for a constant (default 256:256:4:2048)")
+    d.add_argument("--chat-output-len", default="128:128:4:1024", metavar="MEAN:STD:MIN:MAX",
+                   help="chat output tokens, the same form (default 128:128:4:1024)")
+    d.add_argument("--prefix-repetition-prefix-len", type=int, default=256, metavar="N",
+                   help="tokens of each shared prefix (mm: of the system prompt; default 256)")
+    d.add_argument("--prefix-repetition-suffix-len", type=int, default=256, metavar="N",
+                   help="unique tokens after it (default 256)")
+    d.add_argument("--prefix-repetition-num-prefixes", type=int, default=10, metavar="N",
+                   help="distinct prefixes (default 10; mm: one system prompt)")
+    d.add_argument("--prefix-repetition-output-len", type=int, default=128, metavar="N",
+                   help="output tokens of prefix-repetition requests (default 128)")
+    d.add_argument("--mm-image-pool", type=int, default=4, metavar="N",
+                   help="mm-prefix-repetition: distinct images, repeated (default 4; their "
+                   "sizes from --images)")
 
 
 def _add_report_args(p: argparse.ArgumentParser) -> None:
@@ -188,6 +220,25 @@ def _workload(args: argparse.Namespace, sizes: str | None = None) -> Any:
     )
 
 
+def _dataset(args: argparse.Namespace) -> Any:
+    from edgeserve.bench.datasets import DatasetConfig, DatasetKind
+    from edgeserve.bench.lengths import LengthDist
+
+    return DatasetConfig(
+        kind=DatasetKind(args.dataset),
+        path=args.dataset_path,
+        tokenizer=args.tokenizer,
+        sharegpt_output_len=args.sharegpt_output_len,
+        chat_prompt_len=LengthDist.parse(args.chat_prompt_len),
+        chat_output_len=LengthDist.parse(args.chat_output_len),
+        prefix_len=args.prefix_repetition_prefix_len,
+        suffix_len=args.prefix_repetition_suffix_len,
+        num_prefixes=args.prefix_repetition_num_prefixes,
+        output_len=args.prefix_repetition_output_len,
+        image_pool=args.mm_image_pool,
+    )
+
+
 def _report_opts(args: argparse.Namespace) -> dict[str, Any]:
     from edgeserve.bench.report import parse_goodput
 
@@ -210,8 +261,8 @@ def _sweep_config(
     from edgeserve.bench.run import RunConfig
     from edgeserve.bench.sweep import SweepConfig
 
-    base = RunConfig(base_url=base_url, workload=_workload(args, sizes), label=args.label
-                     if hasattr(args, "label") else "", **_report_opts(args))
+    base = RunConfig(base_url=base_url, workload=_workload(args, sizes), dataset=_dataset(args),
+                     label=args.label if hasattr(args, "label") else "", **_report_opts(args))
     return SweepConfig(
         base=base,
         rates_rps=rates or args.rates,
@@ -254,11 +305,13 @@ def run_cmd(args: argparse.Namespace) -> int:
             duration_s=args.duration,
             seed=args.seed,
         )
-        config = RunConfig(base_url=args.url, workload=_workload(args), arrivals=arrivals,
+        config = RunConfig(base_url=args.url, workload=_workload(args), dataset=_dataset(args),
+                           arrivals=arrivals,
                            label=args.label, save_detailed=args.save_detailed, **_report_opts(args))
     except (ValueError, OSError) as e:
         return _fail(str(e))
-    print(f"edgeserve bench run: {config.workload.label}; {arrivals.label}; {args.url}", flush=True)
+    what = config.workload.label if args.dataset == "images" else config.dataset.label
+    print(f"edgeserve bench run: {what}; {arrivals.label}; {args.url}", flush=True)
     try:
         result = asyncio.run(run_benchmark(config))
     except (aiohttp.ClientError, OSError, TimeoutError) as e:

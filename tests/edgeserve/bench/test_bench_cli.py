@@ -16,6 +16,11 @@ from edgeserve.cli.main import main
         (["run", "--url", "http://h", "--duration", "5"], "finite request rate"),
         (["run", "--url", "http://h", "--goodput", "ttft:x"], "bad SLO"),
         (["sweep", "--url", "http://h", "--rates", "4,2"], "must increase"),
+        (["run", "--url", "http://h", "--dataset", "sharegpt"], "needs --dataset-path"),
+        (["run", "--url", "http://h", "--dataset", "chat", "--chat-prompt-len", "big"],
+         "bad length distribution"),
+        (["run", "--url", "http://h", "--dataset", "prefix-repetition",
+          "--prefix-repetition-num-prefixes", "0"], "at least 1 distinct prefix"),
         (["compare", "--servers", "tgi"], "unknown server"),
     ],
 )
