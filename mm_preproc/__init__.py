@@ -1,4 +1,10 @@
-"""mm_preproc: image bytes → Qwen2-VL model inputs, fast, faithful and timed per stage.
+"""mm_preproc: image bytes → Qwen-VL model inputs, fast, faithful and timed per stage.
+
+The model family's numbers (patch size, merge, mean/std, pixel bounds) are a
+:class:`PreprocSpec`: Qwen2-VL's by default, any family's from its model folder::
+
+    spec = mm_preproc.read_spec("models/tiny-qwen3-vl")       # Qwen3-VL: 16-px patches
+    r = mm_preproc.preprocess(jpeg_bytes, spec=spec, max_pixels=spec.budget(1280))
 
 >>> import mm_preproc
 >>> r = mm_preproc.preprocess(jpeg_bytes, max_pixels=1280 * 28 * 28)   # doctest: +SKIP
@@ -34,15 +40,18 @@ from mm_preproc.pipeline import PreprocResult, preprocess
 from mm_preproc.plan import Plan, plan
 from mm_preproc.resize import pillow_is_simd
 from mm_preproc.smart_resize import ResizeRule, smart_resize, target_size
+from mm_preproc.spec import PRESETS, Family, PreprocSpec, SpecError, read_spec
 from mm_preproc.timing import StageTimings
 
 __all__ = [
+    "PRESETS",
     "SUPPORTED_FORMATS",
     "AspectRatioError",
     "Backend",
     "CorruptImageError",
     "DecompressionBombError",
     "EmptyInputError",
+    "Family",
     "ImageHeader",
     "InvalidArgumentError",
     "OutputFormat",
@@ -51,7 +60,9 @@ __all__ = [
     "PreprocError",
     "PreprocOptions",
     "PreprocResult",
+    "PreprocSpec",
     "ResizeRule",
+    "SpecError",
     "StageTimings",
     "UnsupportedFormatError",
     "constants",
@@ -61,6 +72,7 @@ __all__ = [
     "plan",
     "preprocess",
     "probe",
+    "read_spec",
     "set_pool_limit",
     "smart_resize",
     "target_size",

@@ -14,11 +14,13 @@
  *
  * Two pass-free variants. RGBX input and a 16-byte aligned output (the pipeline's case:
  * run_rgbx): per patch, channel and pair of patch rows, byte-shuffle the channel out of 4
- * pixels at a time, convert, one FMA, and stream the 28 floats (7 aligned 16-byte vectors: a
- * 196-float slot is 16-byte aligned when the output is) into both time slots. Otherwise (RGB
- * input, or an output only 4-byte aligned, which gets ordinary stores): per block row of 2x2
- * merged patches (28 image rows), convert the rows to three float planes (a few hundred KB, in
- * L2), then copy each patch's rows from the planes into both time slots.
+ * pixels at a time, convert, one FMA, and stream the 2P floats (P/2 aligned 16-byte vectors: a
+ * P*P-float slot is 16-byte aligned when the output is and P is even; for P = 14 one vector
+ * straddles the two rows) into every time slot. Otherwise (RGB input, an odd patch size, or an
+ * output only 4-byte aligned, which gets ordinary stores): per block row of M x M merged
+ * patches (M*P image rows), convert the rows to three float planes (a few hundred KB, in L2),
+ * then copy each patch's rows from the planes into every time slot. The patch sizes of the
+ * Qwen-VL families (14, 16) get their own compiled copies of the loops (constant P, unrolled).
  * On x86 the kernel is compiled for AVX2+FMA and used only where the CPU has both (usable());
  * elsewhere mm_preproc keeps the numpy path. The GIL is released while it runs.
  */
@@ -34,10 +36,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#define PS 14         /* patch side */
-#define PP (PS * PS)  /* pixels per patch */
-#define ROW (3 * 2 * PP)
-
 #if FASTPATCH_X86
 /* Compiled for AVX2 + FMA whatever the build flags; used only where the CPU has both (usable()).
  * fmaf is then one instruction, and gcc -O3 vectorizes the loop. */
@@ -45,6 +43,13 @@
 #else
 #define KERNEL
 #endif
+/* inlined into each caller, so that a constant patch size unrolls the inner loops */
+#define INLINE_KERNEL static inline __attribute__((always_inline)) KERNEL
+
+/* The geometry of one call: patch side, merge side, temporal repeats. */
+typedef struct {
+    int ps, ms, tp;
+} Geometry;
 
 static KERNEL void convert_rows(const uint8_t *src, Py_ssize_t count, int depth, float *p0,
                                 float *p1, float *p2, const float *s, const float *b) {
@@ -75,57 +80,59 @@ static int cpu_ok(void) {
 #endif
 }
 
-/* One patch: rows i*14.. of the three planes, columns x0..x0+13, into both time slots. */
-static KERNEL void write_patch(float *o, const float *const pl[3], Py_ssize_t width,
-                               Py_ssize_t x0, int i, int stream) {
+/* One patch: rows i*ps.. of the three planes, columns x0..x0+ps-1, into every time slot. */
+INLINE_KERNEL void write_patch(float *o, const float *const pl[3], Py_ssize_t width,
+                               Py_ssize_t x0, int i, int stream, const int ps, const int tp) {
+    const int pp = ps * ps;
     for (int c = 0; c < 3; c++) {
-        const float *rows = pl[c] + (Py_ssize_t)i * PS * width + x0;
-        float *d0 = o + (c * 2) * PP, *d1 = d0 + PP;
+        const float *rows = pl[c] + (Py_ssize_t)i * ps * width + x0;
+        float *d = o + (c * tp) * pp;
 #if FASTPATCH_X86
         if (stream) {
-            /* two patch rows = 28 floats = 7 aligned 16-byte vectors (slots are 16-byte aligned) */
-            for (int r = 0; r < PS; r += 2) {
+            /* two patch rows = 2*ps floats = ps/2 aligned 16-byte vectors (slots are 16-byte
+             * aligned for an even ps); when ps % 4 == 2 one vector takes 2 floats of each row */
+            for (int r = 0; r < ps; r += 2) {
                 const float *a = rows + r * width, *b = a + width;
-                const __m128 v[7] = {
-                    _mm_loadu_ps(a),
-                    _mm_loadu_ps(a + 4),
-                    _mm_loadu_ps(a + 8),
-                    _mm_movelh_ps(_mm_castpd_ps(_mm_load_sd((const double *)(a + 12))),
-                                  _mm_castpd_ps(_mm_load_sd((const double *)b))),
-                    _mm_loadu_ps(b + 2),
-                    _mm_loadu_ps(b + 6),
-                    _mm_loadu_ps(b + 10),
-                };
-                for (int k = 0; k < 7; k++) {
-                    _mm_stream_ps(d0 + r * PS + 4 * k, v[k]);
-                    _mm_stream_ps(d1 + r * PS + 4 * k, v[k]);
+                for (int k = 0; k < ps / 2; k++) {
+                    const int off = 4 * k;
+                    __m128 v;
+                    if (off + 4 <= ps)
+                        v = _mm_loadu_ps(a + off);
+                    else if (off >= ps)
+                        v = _mm_loadu_ps(b + off - ps);
+                    else
+                        v = _mm_movelh_ps(
+                            _mm_castpd_ps(_mm_load_sd((const double *)(a + ps - 2))),
+                            _mm_castpd_ps(_mm_load_sd((const double *)b)));
+                    for (int t = 0; t < tp; t++) _mm_stream_ps(d + t * pp + r * ps + off, v);
                 }
             }
             continue;
         }
 #endif
-        for (int r = 0; r < PS; r++) {
-            memcpy(d0 + r * PS, rows + r * width, PS * sizeof(float));
-            memcpy(d1 + r * PS, rows + r * width, PS * sizeof(float));
-        }
+        for (int r = 0; r < ps; r++)
+            for (int t = 0; t < tp; t++)
+                memcpy(d + t * pp + r * ps, rows + r * width, ps * sizeof(float));
     }
 }
 
-static KERNEL void run(const uint8_t *img, Py_ssize_t height, Py_ssize_t width, int depth,
-                       float *out, float *planes, const float *scale, const float *bias) {
-    const Py_ssize_t gh = height / PS, gw = width / PS, strip = 2 * PS * width;
-    /* 16-byte aligned output: every 196-float slot is then 16-byte aligned too (784 = 16*49) */
-    const int stream = FASTPATCH_X86 && ((uintptr_t)out & 15) == 0;
+INLINE_KERNEL void run_body(const uint8_t *img, Py_ssize_t height, Py_ssize_t width, int depth,
+                            float *out, float *planes, const float *scale, const float *bias,
+                            const int ps, const int ms, const int tp) {
+    const Py_ssize_t gh = height / ps, gw = width / ps, strip = (Py_ssize_t)ms * ps * width;
+    const Py_ssize_t row = 3 * tp * ps * ps;
+    /* 16-byte aligned output and an even ps: every ps*ps-float slot is 16-byte aligned too */
+    const int stream = FASTPATCH_X86 && ps % 2 == 0 && ((uintptr_t)out & 15) == 0;
     float *p0 = planes, *p1 = planes + strip, *p2 = planes + 2 * strip;
     const float *pl[3] = {p0, p1, p2};
     Py_ssize_t n = 0;
-    for (Py_ssize_t br = 0; br < gh / 2; br++) {
+    for (Py_ssize_t br = 0; br < gh / ms; br++) {
         const uint8_t *src = img + br * strip * depth;
         convert_rows(src, strip, depth, p0, p1, p2, scale, bias);
-        for (Py_ssize_t bc = 0; bc < gw / 2; bc++) {
-            for (int i = 0; i < 2; i++) {
-                for (int j = 0; j < 2; j++, n++)
-                    write_patch(out + n * ROW, pl, width, (bc * 2 + j) * PS, i, stream);
+        for (Py_ssize_t bc = 0; bc < gw / ms; bc++) {
+            for (int i = 0; i < ms; i++) {
+                for (int j = 0; j < ms; j++, n++)
+                    write_patch(out + n * row, pl, width, (bc * ms + j) * ps, i, stream, ps, tp);
             }
         }
     }
@@ -134,14 +141,28 @@ static KERNEL void run(const uint8_t *img, Py_ssize_t height, Py_ssize_t width, 
 #endif
 }
 
+static KERNEL void run(const uint8_t *img, Py_ssize_t height, Py_ssize_t width, int depth,
+                       float *out, float *planes, const float *scale, const float *bias,
+                       Geometry g) {
+    if (g.ps == 14 && g.ms == 2 && g.tp == 2)
+        run_body(img, height, width, depth, out, planes, scale, bias, 14, 2, 2);
+    else if (g.ps == 16 && g.ms == 2 && g.tp == 2)
+        run_body(img, height, width, depth, out, planes, scale, bias, 16, 2, 2);
+    else
+        run_body(img, height, width, depth, out, planes, scale, bias, g.ps, g.ms, g.tp);
+}
+
 #if FASTPATCH_X86
-/* The common case (Pillow's RGBX memory, 16-byte aligned output), without the float planes:
- * for each patch, channel and pair of patch rows, seven 16-byte loads of 4 pixels each, a
+/* The common case (Pillow's RGBX memory, 16-byte aligned output, even ps), without the float
+ * planes: for each patch, channel and pair of patch rows, ps/2 16-byte loads of 4 pixels each, a
  * byte shuffle that puts channel c of each pixel in a 32-bit lane, int -> float, one FMA, and
- * seven streaming stores into each time slot. */
-static KERNEL void run_rgbx(const uint8_t *img, Py_ssize_t height, Py_ssize_t width, float *out,
-                            const float *scale, const float *bias) {
-    const Py_ssize_t gh = height / PS, gw = width / PS, stride = 4 * width;
+ * ps/2 streaming stores into each time slot. */
+INLINE_KERNEL void run_rgbx_body(const uint8_t *img, Py_ssize_t height, Py_ssize_t width,
+                                 float *out, const float *scale, const float *bias, const int ps,
+                                 const int ms, const int tp) {
+    const Py_ssize_t gh = height / ps, gw = width / ps, stride = 4 * width;
+    const int pp = ps * ps;
+    const Py_ssize_t row = 3 * tp * pp;
     __m128i pick[3];
     __m128 vs[3], vb[3];
     for (int c = 0; c < 3; c++) {
@@ -151,78 +172,99 @@ static KERNEL void run_rgbx(const uint8_t *img, Py_ssize_t height, Py_ssize_t wi
         vb[c] = _mm_set1_ps(bias[c]);
     }
     Py_ssize_t n = 0;
-    for (Py_ssize_t br = 0; br < gh / 2; br++)
-        for (Py_ssize_t bc = 0; bc < gw / 2; bc++)
-            for (int i = 0; i < 2; i++)
-                for (int j = 0; j < 2; j++, n++) {
-                    const uint8_t *p = img + (br * 2 + i) * PS * stride + (bc * 2 + j) * PS * 4;
-                    float *o = out + n * ROW;
+    for (Py_ssize_t br = 0; br < gh / ms; br++)
+        for (Py_ssize_t bc = 0; bc < gw / ms; bc++)
+            for (int i = 0; i < ms; i++)
+                for (int j = 0; j < ms; j++, n++) {
+                    const uint8_t *p = img + (br * ms + i) * ps * stride + (bc * ms + j) * ps * 4;
+                    float *o = out + n * row;
                     for (int c = 0; c < 3; c++) {
-                        float *d0 = o + c * 2 * PP, *d1 = d0 + PP;
-                        for (int r = 0; r < PS; r += 2) {
+                        float *d = o + c * tp * pp;
+                        for (int r = 0; r < ps; r += 2) {
                             const uint8_t *a = p + r * stride, *b = a + stride;
-                            /* pixels a0-3, a4-7, a8-11, a12-13 b0-1, b2-5, b6-9, b10-13 */
-                            const __m128i q[7] = {
-                                _mm_loadu_si128((const __m128i *)a),
-                                _mm_loadu_si128((const __m128i *)(a + 16)),
-                                _mm_loadu_si128((const __m128i *)(a + 32)),
-                                _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(a + 48)),
-                                                   _mm_loadl_epi64((const __m128i *)b)),
-                                _mm_loadu_si128((const __m128i *)(b + 8)),
-                                _mm_loadu_si128((const __m128i *)(b + 24)),
-                                _mm_loadu_si128((const __m128i *)(b + 40)),
-                            };
-                            for (int k = 0; k < 7; k++) {
-                                const __m128 u = _mm_cvtepi32_ps(_mm_shuffle_epi8(q[k], pick[c]));
+                            /* pixel groups of 4 across rows a and b; for ps % 4 == 2 one group
+                             * is the last 2 pixels of a and the first 2 of b */
+                            for (int k = 0; k < ps / 2; k++) {
+                                const int off = 4 * k;
+                                __m128i q;
+                                if (off + 4 <= ps)
+                                    q = _mm_loadu_si128((const __m128i *)(a + 4 * off));
+                                else if (off >= ps)
+                                    q = _mm_loadu_si128((const __m128i *)(b + 4 * (off - ps)));
+                                else
+                                    q = _mm_unpacklo_epi64(
+                                        _mm_loadl_epi64((const __m128i *)(a + 4 * (ps - 2))),
+                                        _mm_loadl_epi64((const __m128i *)b));
+                                const __m128 u = _mm_cvtepi32_ps(_mm_shuffle_epi8(q, pick[c]));
                                 const __m128 v = _mm_fmadd_ps(u, vs[c], vb[c]);
-                                _mm_stream_ps(d0 + r * PS + 4 * k, v);
-                                _mm_stream_ps(d1 + r * PS + 4 * k, v);
+                                for (int t = 0; t < tp; t++)
+                                    _mm_stream_ps(d + t * pp + r * ps + off, v);
                             }
                         }
                     }
                 }
     _mm_sfence();
 }
+
+static KERNEL void run_rgbx(const uint8_t *img, Py_ssize_t height, Py_ssize_t width, float *out,
+                            const float *scale, const float *bias, Geometry g) {
+    if (g.ps == 14 && g.ms == 2 && g.tp == 2)
+        run_rgbx_body(img, height, width, out, scale, bias, 14, 2, 2);
+    else if (g.ps == 16 && g.ms == 2 && g.tp == 2)
+        run_rgbx_body(img, height, width, out, scale, bias, 16, 2, 2);
+    else
+        run_rgbx_body(img, height, width, out, scale, bias, g.ps, g.ms, g.tp);
+}
 #endif
 
-/* normalize_patches(image, out, height, width, depth, scale, bias) */
+/* normalize_patches(image, out, height, width, depth, scale, bias, patch, merge, temporal) */
 static PyObject *normalize_patches(PyObject *self, PyObject *args) {
     Py_buffer image, out;
     Py_ssize_t height, width;
     int depth;
     float scale[3], bias[3];
-    if (!PyArg_ParseTuple(args, "y*w*nni(fff)(fff)", &image, &out, &height, &width, &depth,
-                          &scale[0], &scale[1], &scale[2], &bias[0], &bias[1], &bias[2]))
+    Geometry g;
+    if (!PyArg_ParseTuple(args, "y*w*nni(fff)(fff)iii", &image, &out, &height, &width, &depth,
+                          &scale[0], &scale[1], &scale[2], &bias[0], &bias[1], &bias[2], &g.ps,
+                          &g.ms, &g.tp))
         return NULL;
     PyObject *result = NULL;
-    const Py_ssize_t n = (height / PS) * (width / PS);
+    const int ok_geometry = g.ps >= 1 && g.ps <= 64 && g.ms >= 1 && g.ms <= 8 && g.tp >= 1 &&
+                            g.tp <= 8;
+    const Py_ssize_t block = (Py_ssize_t)g.ms * g.ps;
     if (!cpu_ok()) {
         PyErr_SetString(PyExc_RuntimeError, "needs an x86-64 CPU with AVX2 and FMA");
-    } else if ((depth != 3 && depth != 4) || height <= 0 || width <= 0 || height % (2 * PS) ||
-               width % (2 * PS)) {
-        PyErr_SetString(PyExc_ValueError, "image must be H x W x 3|4 with H, W multiples of 28");
+    } else if (!ok_geometry) {
+        PyErr_SetString(PyExc_ValueError, "patch 1..64, merge 1..8 and temporal 1..8 only");
+    } else if ((depth != 3 && depth != 4) || height <= 0 || width <= 0 || height % block ||
+               width % block) {
+        PyErr_Format(PyExc_ValueError,
+                     "image must be H x W x 3|4 with H, W multiples of %zd (patch * merge)", block);
     } else if (image.len != height * width * depth) {
         PyErr_SetString(PyExc_ValueError, "image buffer size does not match its shape");
-    } else if (out.len != n * ROW * (Py_ssize_t)sizeof(float) || ((uintptr_t)out.buf & 3)) {
-        PyErr_SetString(PyExc_ValueError, "out must be a 4-byte aligned float32 buffer of N*1176");
+    } else if (out.len != (height / g.ps) * (width / g.ps) * 3 * g.tp * g.ps * g.ps *
+                              (Py_ssize_t)sizeof(float) ||
+               ((uintptr_t)out.buf & 3)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "out must be a 4-byte aligned float32 buffer of N * 3*T*P*P values");
     } else {
 #if FASTPATCH_X86
-        if (depth == 4 && ((uintptr_t)out.buf & 15) == 0) {
+        if (depth == 4 && g.ps % 2 == 0 && ((uintptr_t)out.buf & 15) == 0) {
             Py_BEGIN_ALLOW_THREADS
-            run_rgbx((const uint8_t *)image.buf, height, width, (float *)out.buf, scale, bias);
+            run_rgbx((const uint8_t *)image.buf, height, width, (float *)out.buf, scale, bias, g);
             Py_END_ALLOW_THREADS
             PyBuffer_Release(&image);
             PyBuffer_Release(&out);
             return Py_NewRef(Py_None);
         }
 #endif
-        float *planes = PyMem_RawMalloc(sizeof(float) * 3 * 2 * PS * width);
+        float *planes = PyMem_RawMalloc(sizeof(float) * 3 * block * width);
         if (planes == NULL) {
             PyErr_NoMemory();
         } else {
             Py_BEGIN_ALLOW_THREADS
             run((const uint8_t *)image.buf, height, width, depth, (float *)out.buf, planes, scale,
-                bias);
+                bias, g);
             Py_END_ALLOW_THREADS
             PyMem_RawFree(planes);
             result = Py_NewRef(Py_None);
@@ -238,8 +280,9 @@ static PyObject *usable(PyObject *self, PyObject *unused) { return PyBool_FromLo
 static PyMethodDef methods[] = {
     {"usable", usable, METH_NOARGS, "usable(): whether this CPU runs normalize_patches fast."},
     {"normalize_patches", normalize_patches, METH_VARARGS,
-     "normalize_patches(image, out, height, width, depth, scale, bias): patchify, rescale, "
-     "normalize and repeat in time an HxWxdepth uint8 image into out (N x 1176 float32)."},
+     "normalize_patches(image, out, height, width, depth, scale, bias, patch, merge, temporal): "
+     "patchify, rescale, normalize and repeat in time an HxWxdepth uint8 image into out "
+     "(N x 3*temporal*patch*patch float32)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -11,4 +11,7 @@ def normalize_patches(
     depth: int,
     scale: tuple[float, ...],
     bias: tuple[float, ...],
+    patch_size: int,
+    merge_size: int,
+    temporal_patch_size: int,
 ) -> None: ...

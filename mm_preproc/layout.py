@@ -8,7 +8,7 @@ so a frontend can size a shared-memory segment before a worker decodes the image
 ((4920, 1176), 23143680)
 
 Three formats exist. ``FLOAT32`` is the model's ``pixel_values``: rescaled by 1/255, normalized
-with the CLIP mean/std, in Qwen2-VL's patch order. ``UINT8`` is the same patch order with the raw
+with the spec's mean/std (CLIP's for Qwen2-VL), in the Qwen-VL patch order. ``UINT8`` is the same patch order with the raw
 0..255 values, for engines that rescale and normalize on the device (a quarter of the bytes).
 ``IMAGE`` is the resized ``uint8`` image itself, H×W×3, for engines that patchify themselves.
 """
@@ -20,8 +20,9 @@ from enum import Enum
 
 import numpy as np
 
-from mm_preproc.constants import CHANNELS, FACTOR, MERGE_SIZE, PATCH_DIM, PATCH_SIZE
+from mm_preproc.constants import CHANNELS
 from mm_preproc.errors import InvalidArgumentError
+from mm_preproc.spec import QWEN2_VL, PreprocSpec
 
 
 class OutputFormat(Enum):
@@ -39,6 +40,7 @@ class OutputSpec:
     shape: tuple[int, ...]
     dtype: np.dtype
     grid_thw: tuple[int, int, int]
+    merge_size: int = QWEN2_VL.merge_size
 
     @property
     def nbytes(self) -> int:
@@ -50,27 +52,34 @@ class OutputSpec:
 
     @property
     def num_tokens(self) -> int:
-        """Image tokens the language model sees (patches merged 2×2)."""
-        return self.num_patches // (MERGE_SIZE * MERGE_SIZE)
+        """Image tokens the language model sees (patches merged merge_size × merge_size)."""
+        return self.num_patches // (self.merge_size * self.merge_size)
 
 
-def grid_thw(target_height: int, target_width: int) -> tuple[int, int, int]:
+def grid_thw(
+    target_height: int, target_width: int, spec: PreprocSpec = QWEN2_VL
+) -> tuple[int, int, int]:
     """``image_grid_thw`` for a resized image: (1 frame, patch rows, patch columns)."""
-    if target_height % FACTOR or target_width % FACTOR or target_height <= 0 or target_width <= 0:
+    factor = spec.factor
+    if target_height % factor or target_width % factor or target_height <= 0 or target_width <= 0:
         raise InvalidArgumentError(
-            f"target size must be positive multiples of {FACTOR}, got {target_width}x{target_height}"
+            f"target size must be positive multiples of {factor}, got {target_width}x{target_height}"
         )
-    return (1, target_height // PATCH_SIZE, target_width // PATCH_SIZE)
+    return (1, target_height // spec.patch_size, target_width // spec.patch_size)
 
 
 def output_spec(
-    target_height: int, target_width: int, fmt: OutputFormat = OutputFormat.FLOAT32
+    target_height: int,
+    target_width: int,
+    fmt: OutputFormat = OutputFormat.FLOAT32,
+    spec: PreprocSpec = QWEN2_VL,
 ) -> OutputSpec:
-    """Shape, dtype and byte size of ``pixel_values`` for a target size and output format."""
-    grid = grid_thw(target_height, target_width)
+    """Shape, dtype and byte size of ``pixel_values`` for a target size, format and spec."""
+    grid = grid_thw(target_height, target_width, spec)
     n = grid[0] * grid[1] * grid[2]
+    m = spec.merge_size
     if fmt is OutputFormat.FLOAT32:
-        return OutputSpec((n, PATCH_DIM), np.dtype(np.float32), grid)
+        return OutputSpec((n, spec.patch_dim), np.dtype(np.float32), grid, m)
     if fmt is OutputFormat.UINT8:
-        return OutputSpec((n, PATCH_DIM), np.dtype(np.uint8), grid)
-    return OutputSpec((target_height, target_width, CHANNELS), np.dtype(np.uint8), grid)
+        return OutputSpec((n, spec.patch_dim), np.dtype(np.uint8), grid, m)
+    return OutputSpec((target_height, target_width, CHANNELS), np.dtype(np.uint8), grid, m)

@@ -1,4 +1,8 @@
-"""``preprocess``: one image from its source to Qwen2-VL ``pixel_values``, timed per stage.
+"""``preprocess``: one image from its source to Qwen-VL ``pixel_values``, timed per stage.
+
+The model family's numbers (patch, merge and temporal patch size, mean/std, pixel bounds) come
+from ``spec`` (:mod:`mm_preproc.spec`; Qwen2-VL's by default, :func:`mm_preproc.read_spec` for a
+model folder): every stage below, the fast ones included, works for any spec.
 
 The stages, in order: read the header (target size, bomb check) → decode (JPEG at a DCT-domain
 scale when ``fast_decode``) → colour (mode → RGB as qwen-vl-utils does; EXIF orientation) →
@@ -25,7 +29,7 @@ import numpy as np
 from PIL import Image
 
 from mm_preproc import opencv_decode
-from mm_preproc.constants import DEFAULT_MAX_PIXELS, DEFAULT_MAX_SOURCE_PIXELS, DEFAULT_MIN_PIXELS
+from mm_preproc.constants import DEFAULT_MAX_SOURCE_PIXELS
 from mm_preproc.decode import (
     ImageHeader,
     Source,
@@ -53,6 +57,7 @@ from mm_preproc.patchify import (
 from mm_preproc.pil_view import rgbx_view
 from mm_preproc.resize import resize_opencv, resize_pillow
 from mm_preproc.smart_resize import target_size
+from mm_preproc.spec import QWEN2_VL, PreprocSpec
 from mm_preproc.timing import StageTimings, Stopwatch
 
 
@@ -60,7 +65,8 @@ from mm_preproc.timing import StageTimings, Stopwatch
 class PreprocResult:
     """Model-ready arrays for one image, with sizes and per-stage timings.
 
-    ``pixel_values`` is (patches, 1176) float32 (uint8 for ``OutputFormat.UINT8``; the H×W×3
+    ``pixel_values`` is (patches, spec.patch_dim) float32 — 1176 values for Qwen2-VL, 1536 for
+    Qwen3-VL — (uint8 for ``OutputFormat.UINT8``; the H×W×3
     image for ``OutputFormat.IMAGE``); ``image_grid_thw`` is a (1, 3) int64 array as
     transformers returns it; ``image`` is the resized RGB uint8 image, H×W×3 (read-only when it
     is Pillow's buffer). Heights and widths
@@ -86,8 +92,8 @@ class PreprocResult:
 def preprocess(
     source: Source,
     *,
-    min_pixels: int = DEFAULT_MIN_PIXELS,
-    max_pixels: int = DEFAULT_MAX_PIXELS,
+    min_pixels: int | None = None,
+    max_pixels: int | None = None,
     resized_height: int | None = None,
     resized_width: int | None = None,
     backend: Backend | str = Backend.AUTO,
@@ -95,9 +101,12 @@ def preprocess(
     out: np.ndarray | None = None,
     output: OutputFormat | str = OutputFormat.FLOAT32,
     max_source_pixels: int = DEFAULT_MAX_SOURCE_PIXELS,
+    spec: PreprocSpec = QWEN2_VL,
     options: PreprocOptions | None = None,
 ) -> PreprocResult:
-    """Decode, resize, normalize and patchify one image for Qwen2-VL.
+    """Decode, resize, normalize and patchify one image for a Qwen-VL model (``spec``).
+
+    ``min_pixels``/``max_pixels`` default to the spec's bounds.
 
     ``source`` is encoded bytes (JPEG, PNG, WebP, GIF — first frame, BMP, TIFF), a file path, a
     PIL image or an H×W[×3|×4] uint8 numpy array (RGB order; PIL images and arrays are taken as
@@ -115,12 +124,14 @@ def preprocess(
             fast_decode=fast_decode,
             output=output,  # type: ignore[arg-type]
             max_source_pixels=max_source_pixels,
+            spec=spec,
         )
+    spec = options.spec
     timings = StageTimings()
     watch = Stopwatch()
     frame = _Frame.load(source, options, timings)
     th, tw = frame.target
-    target = check_out(out, th, tw, options.output)  # fail before decoding
+    target = check_out(out, th, tw, options.output, spec)  # fail before decoding
     pixels = frame.decode_and_resize(options, timings, watch)
     image = pixels[:, :, :3]  # a view when pixels is Pillow's RGBX memory
     timings.pixels_out = th * tw
@@ -130,19 +141,19 @@ def preprocess(
         timings.patchify_s = watch.lap()
     elif options.output is OutputFormat.FLOAT32 and native_available():
         # one native pass: patchify and normalize together, counted as normalize_s
-        pixel_values = normalize_image_into(pixels, target)
+        pixel_values = normalize_image_into(pixels, target, spec)
         timings.normalize_s = watch.lap()
     else:
-        patches = patch_planes(pixels)
+        patches = patch_planes(pixels, spec)
         timings.patchify_s = watch.lap()
         if options.output is OutputFormat.FLOAT32:
-            pixel_values = normalize_into(patches, target)
+            pixel_values = normalize_into(patches, target, spec)
         else:
-            pixel_values = repeat_into(patches, target)
+            pixel_values = repeat_into(patches, target, spec)
         timings.normalize_s = watch.lap()
     return PreprocResult(
         pixel_values=pixel_values,
-        image_grid_thw=np.array([grid_thw(th, tw)], dtype=np.int64),
+        image_grid_thw=np.array([grid_thw(th, tw, spec)], dtype=np.int64),
         image=image,
         source_height=frame.header.height,
         source_width=frame.header.width,
@@ -203,13 +214,15 @@ class _Frame:
                 "a PIL image or a numpy array"
             )
         timings.pixels_in = header.pixels
+        lo, hi = options.pixel_bounds
         target = target_size(
             header.height,
             header.width,
-            min_pixels=options.min_pixels,
-            max_pixels=options.max_pixels,
+            min_pixels=lo,
+            max_pixels=hi,
             resized_height=options.resized_height,
             resized_width=options.resized_width,
+            spec=options.spec,
         )
         return cls(header, target, data, pil)
 

@@ -18,11 +18,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from mm_preproc.constants import DEFAULT_MAX_PIXELS, DEFAULT_MAX_SOURCE_PIXELS, DEFAULT_MIN_PIXELS
+from mm_preproc.constants import DEFAULT_MAX_SOURCE_PIXELS
 from mm_preproc.decode import ImageHeader, probe
 from mm_preproc.layout import OutputFormat, OutputSpec, output_spec
 from mm_preproc.options import PreprocOptions
 from mm_preproc.smart_resize import target_size
+from mm_preproc.spec import QWEN2_VL, PreprocSpec
 
 
 @dataclass(slots=True, frozen=True)
@@ -38,12 +39,13 @@ class Plan:
 def plan(
     source: bytes | bytearray | memoryview | str | os.PathLike[str],
     *,
-    min_pixels: int = DEFAULT_MIN_PIXELS,
-    max_pixels: int = DEFAULT_MAX_PIXELS,
+    min_pixels: int | None = None,
+    max_pixels: int | None = None,
     resized_height: int | None = None,
     resized_width: int | None = None,
     output: OutputFormat | str = OutputFormat.FLOAT32,
     max_source_pixels: int = DEFAULT_MAX_SOURCE_PIXELS,
+    spec: PreprocSpec = QWEN2_VL,
     options: PreprocOptions | None = None,
 ) -> Plan:
     """Header → target size → output shape/dtype/bytes, with ``preprocess``'s settings."""
@@ -55,14 +57,17 @@ def plan(
             resized_width=resized_width,
             output=output,  # type: ignore[arg-type]  # coerced in __post_init__
             max_source_pixels=max_source_pixels,
+            spec=spec,
         )
     header = probe(source, options.max_source_pixels)
+    lo, hi = options.pixel_bounds
     th, tw = target_size(
         header.height,
         header.width,
-        min_pixels=options.min_pixels,
-        max_pixels=options.max_pixels,
+        min_pixels=lo,
+        max_pixels=hi,
         resized_height=options.resized_height,
         resized_width=options.resized_width,
+        spec=options.spec,
     )
-    return Plan(header, th, tw, output_spec(th, tw, options.output))
+    return Plan(header, th, tw, output_spec(th, tw, options.output, options.spec))

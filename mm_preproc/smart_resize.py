@@ -18,10 +18,11 @@ from mm_preproc.constants import (
     DEFAULT_MIN_PIXELS,
     FACTOR,
     MAX_ASPECT_RATIO,
-    MODEL_CONFIG_MAX_PIXELS,
-    QWEN_VL_UTILS_MIN_PIXELS,
+    QWEN_VL_UTILS_MAX_TOKENS,
+    QWEN_VL_UTILS_MIN_TOKENS,
 )
 from mm_preproc.errors import AspectRatioError, InvalidArgumentError
+from mm_preproc.spec import QWEN2_VL, PreprocSpec
 
 
 class ResizeRule(Enum):
@@ -76,27 +77,34 @@ def target_size(
     source_height: int,
     source_width: int,
     *,
-    min_pixels: int = DEFAULT_MIN_PIXELS,
-    max_pixels: int = DEFAULT_MAX_PIXELS,
+    min_pixels: int | None = None,
+    max_pixels: int | None = None,
     resized_height: int | None = None,
     resized_width: int | None = None,
+    spec: PreprocSpec = QWEN2_VL,
 ) -> tuple[int, int]:
     """The ``(height, width)`` :func:`mm_preproc.preprocess` will produce for a source size.
 
-    Without an explicit size this is ``smart_resize`` of the (EXIF-oriented) source size. With
-    ``resized_height`` and ``resized_width`` (both or neither), the explicit size is rounded the
-    way qwen-vl-utils rounds it (to multiples of 28 within its own 4..16384-token bounds) and
-    then bounded by ``min_pixels``/``max_pixels`` the way the model's processor bounds any image.
+    Without an explicit size this is ``smart_resize`` of the (EXIF-oriented) source size, with
+    the spec's factor (28 for Qwen2-VL, 32 for Qwen3-VL) and pixel bounds (``min_pixels`` /
+    ``max_pixels`` override them). With ``resized_height`` and ``resized_width`` (both or
+    neither), the explicit size is rounded the way qwen-vl-utils rounds it (to multiples of the
+    factor within its own 4..16384-token bounds) and then bounded by the pixel bounds the way
+    the model's processor bounds any image.
     """
+    lo = spec.min_pixels if min_pixels is None else min_pixels
+    hi = spec.max_pixels if max_pixels is None else max_pixels
+    factor = spec.factor
     if (resized_height is None) != (resized_width is None):
         raise InvalidArgumentError("give both resized_height and resized_width, or neither")
     if resized_height is not None and resized_width is not None:
         h, w = smart_resize(
             resized_height,
             resized_width,
-            min_pixels=QWEN_VL_UTILS_MIN_PIXELS,
-            max_pixels=MODEL_CONFIG_MAX_PIXELS,
+            factor=factor,
+            min_pixels=QWEN_VL_UTILS_MIN_TOKENS * factor * factor,
+            max_pixels=QWEN_VL_UTILS_MAX_TOKENS * factor * factor,
             rule=ResizeRule.QWEN_VL_UTILS,
         )
-        return smart_resize(h, w, min_pixels=min_pixels, max_pixels=max_pixels)
-    return smart_resize(source_height, source_width, min_pixels=min_pixels, max_pixels=max_pixels)
+        return smart_resize(h, w, factor=factor, min_pixels=lo, max_pixels=hi)
+    return smart_resize(source_height, source_width, factor=factor, min_pixels=lo, max_pixels=hi)

@@ -22,6 +22,7 @@ import mm_preproc
 from mm_preproc import patchify
 from mm_preproc.patchify import normalize_into, patch_planes
 from mm_preproc.pil_view import rgbx_view
+from mm_preproc.spec import QWEN2_VL
 
 MAX_PIXELS = 1280 * 28 * 28
 
@@ -33,10 +34,10 @@ def _normalize_in_one_pass(planes: np.ndarray) -> np.ndarray:
     for c in range(3):
         cv2.addWeighted(
             planes[c],
-            patchify._SCALE[c],
+            patchify._scale_bias(QWEN2_VL)[0][c],
             planes[c],
             0.0,
-            patchify._BIAS[c],
+            patchify._scale_bias(QWEN2_VL)[1][c],
             dst=one_frame[c],
             dtype=cv2.CV_32F,
         )
