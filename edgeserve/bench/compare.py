@@ -317,6 +317,7 @@ def format_summary_table(result: CompareResult) -> str:
                 f"{_f(s['stall_fraction_at'][str(c)])} / {_f(s['server_stall_fraction_at'][str(c)])}"
                 for c in common)
             lines.append(f"| {server} | {cells} |")
+        lines += _throughput_rows(result.sweeps[workload], common)
         if "ratio_split_over_vllm" in entry:
             r = entry["ratio_split_over_vllm"]
             sign = "≥ " if r["lower_bound"] else ""
@@ -335,6 +336,31 @@ def format_summary_table(result: CompareResult) -> str:
             lines.append(f"| {bound} | {cells} | {'n/a' if ratio is None else f'{ratio:.2f}×'} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def _throughput_rows(by_server: dict[str, list[SweepResult]], common: list[float]) -> list[str]:
+    """Request, output and total throughput side by side (medians over rounds), and a warning
+    wherever a server's total and output token throughput move opposite ways from the first's."""
+    from edgeserve.bench.throughput import direction_warning
+
+    keys = ("request_throughput", "output_throughput", "total_token_throughput")
+    head = " | ".join(f"@ {c:g}" for c in common)
+    lines = ["", f"| server | req/s · output tok/s · total tok/s {head} |",
+             "|---|" + "---:|" * max(1, len(common))]
+    at = {server: {c: {k: _at(rounds, c, k) for k in keys} for c in common}
+          for server, rounds in by_server.items()}
+    for server, by_rate in at.items():
+        cells = " | ".join(" · ".join(_f(v[k], 1) for k in keys) for v in by_rate.values())
+        lines.append(f"| {server} | {cells} |")
+    servers = list(at)
+    for server in servers[1:]:
+        for c in common:
+            a, b = at[servers[0]][c], at[server][c]
+            if all(v is not None for v in (*a.values(), *b.values())):
+                warning = direction_warning(a, b, f"{servers[0]} @ {c:g}", f"{server} @ {c:g}")
+                if warning:
+                    lines += ["", warning]
+    return lines
 
 
 def _f(v: float | None, digits: int = 2) -> str:

@@ -265,6 +265,14 @@ def format_summary(m: Mapping[str, Any], percentiles: Iterable[float] = DEFAULT_
         f"{'Total token throughput (tok/s):':<44}{_fmt(m['total_token_throughput'])}",
         f"{'Stall fraction (client estimate):':<44}{_fmt(m.get('stall_fraction'))}",
     ]
+    if m.get("server") is not None:
+        from edgeserve.bench.throughput import CACHE_COUNTERS
+
+        for name in CACHE_COUNTERS:
+            rate = m["server"].get(f"{name}_hit_rate")
+            title = "Prefix cache hit rate (tokens):" if name == "prefix_cache" else \
+                "Multimodal cache hit rate (items):"
+            lines.append(f"{title:<44}{'n/a' if rate is None else f'{rate:.1%}'}")
     titles = {"ttft": "Time to First Token", "tpot": "Time per Output Token (excl. 1st token)",
               "itl": "Inter-token Latency", "e2el": "End-to-end Latency"}
     for name, title in titles.items():
@@ -286,5 +294,8 @@ def format_summary(m: Mapping[str, Any], percentiles: Iterable[float] = DEFAULT_
         lines.append("{:-^60}".format(" Errors "))
         for err, n in list(m["error_counts"].items())[:5]:
             lines.append(f"{n:>5} × {err}")
+    from edgeserve.bench.throughput import throughput_line
+
     lines.append("=" * 60)
+    lines.append(throughput_line(m))  # the three side by side, always
     return "\n".join(lines)

@@ -23,6 +23,7 @@ from edgeserve.bench.report import (
 )
 from edgeserve.bench.runner import fetch_model_id, run_load
 from edgeserve.bench.server_metrics import has_settling_counters, scrape, server_figures
+from edgeserve.bench.throughput import cache_figures
 from edgeserve.bench.workload import PreparedRequest, WorkloadConfig, prepare_requests
 
 
@@ -126,6 +127,10 @@ async def run_benchmark(
     result["loadavg_1m_before"] = load_before
     result["loadavg_1m_after"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     result["server"] = server_figures(before, after, run.duration_s) if before and after else None
+    if before and after:  # prefix- and multimodal-cache lookups and hits during this run
+        result["server"] |= cache_figures(before, after)
+    result["prefix_cache_hit_rate"] = (result["server"] or {}).get("prefix_cache_hit_rate")
+    result["mm_cache_hit_rate"] = (result["server"] or {}).get("mm_cache_hit_rate")
     # the stall estimate excludes the engine's own prefill when the server reports it
     prefill_ms = ((result["server"] or {}).get("stage_mean_ms") or {}).get(
         "vllm:request_prefill_time", 0.0)

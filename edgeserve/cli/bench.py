@@ -123,6 +123,9 @@ def add_parser(subparsers: Any, help_: str) -> None:
     run.add_argument("--save-result", type=Path, metavar="JSON", help="write the result JSON")
     run.add_argument("--save-detailed", action="store_true", help="with per-request lists")
     run.add_argument("--plot", type=Path, metavar="PNG", help="latency CDF plot")
+    run.add_argument("--compare-to", type=Path, metavar="JSON",
+                     help="a saved result of an earlier run: print the three throughputs of both "
+                     "and warn when total and output token throughput move opposite ways")
     run.set_defaults(func=run_cmd)
 
     sweep = sub.add_parser("sweep", help="request-rate sweep against a running server",
@@ -319,6 +322,18 @@ def run_cmd(args: argparse.Namespace) -> int:
     except ValueError as e:
         return _fail(str(e))
     print(format_summary(result, config.percentiles))
+    if args.compare_to:
+        from edgeserve.bench.throughput import direction_warning, throughput_line
+
+        try:
+            earlier = json.loads(args.compare_to.read_text())
+        except (OSError, ValueError) as e:
+            return _fail(f"cannot read {args.compare_to}: {e}")
+        print(f"{args.compare_to}: {throughput_line(earlier)}")
+        print(f"this run: {throughput_line(result)}")
+        warning = direction_warning(earlier, result, str(args.compare_to), "this run")
+        if warning:
+            print(warning)
     if args.save_result:
         args.save_result.parent.mkdir(parents=True, exist_ok=True)
         args.save_result.write_text(json.dumps(result, indent=1))
