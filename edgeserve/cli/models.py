@@ -13,13 +13,18 @@ def add_parser(sub: argparse._SubParsersAction, help_: str) -> None:
     msub = p.add_subparsers(dest="models_command", metavar="ACTION", required=True)
     b = msub.add_parser(
         "build-tiny",
-        help="build the tiny random-weight Qwen2-VL (default model) offline",
-        description="Build, deterministically and offline, a tiny random-weight Qwen2-VL "
-        "(config, tokenizer with the Qwen chat template, preprocessor config, weights). "
-        "Its outputs are meaningless text; its token counts and pipeline are real. "
-        "Skips the build when an identical one is already there.",
+        help="build a tiny random-weight Qwen-VL model offline (default: the Qwen2-VL default model)",
+        description="Build, deterministically and offline, a tiny random-weight model of a Qwen-VL "
+        "family (config, tokenizer with the family's chat template and Qwen's special tokens, "
+        "preprocessor config, weights): qwen2_vl (the default model, models/tiny-qwen2-vl), "
+        "qwen2_5_vl (window-attention tower, models/tiny-qwen2.5-vl) or qwen3_vl (16-px patches, "
+        "deepstack, models/tiny-qwen3-vl). Its outputs are meaningless text; its token counts "
+        "and pipeline are real. Skips the build when an identical one is already there.",
     )
-    b.add_argument("--out", type=Path, default=None, help="output folder (default: models/tiny-qwen2-vl)")
+    b.add_argument("--family", choices=["qwen2_vl", "qwen2_5_vl", "qwen3_vl"], default="qwen2_vl",
+                   help="model family (default: qwen2_vl)")
+    b.add_argument("--out", type=Path, default=None,
+                   help="output folder (default: models/tiny-<family>, e.g. models/tiny-qwen2-vl)")
     b.add_argument("--force", action="store_true", help="rebuild even if up to date")
     b.set_defaults(func=_build_tiny)
     i = msub.add_parser("info", help="print a model folder's architecture and image settings")
@@ -55,10 +60,12 @@ def add_parser(sub: argparse._SubParsersAction, help_: str) -> None:
 
 
 def _build_tiny(args: argparse.Namespace) -> int:
-    from models.tiny_qwen2_vl import DEFAULT_DIR, build
+    from mm_preproc.spec import Family
+    from models.tiny_qwen_vl import build_family
 
-    out = build(args.out or DEFAULT_DIR, force=args.force)
-    print(f"tiny Qwen2-VL ready in {out}")
+    family = Family(args.family)
+    out = build_family(family, args.out, force=args.force)
+    print(f"tiny {family.display_name} ready in {out}")
     return 0
 
 
@@ -66,21 +73,30 @@ def _info(args: argparse.Namespace) -> int:
     from models.tiny_qwen2_vl import DEFAULT_DIR
 
     path: Path = args.path or DEFAULT_DIR
-    cfg_file, pre_file = path / "config.json", path / "preprocessor_config.json"
+    cfg_file = path / "config.json"
     if not cfg_file.exists():
         print(f"edgeserve models info: no config.json in {path} "
               "(build the default with `edgeserve models build-tiny`)", file=sys.stderr)
         return 2
     cfg = json.loads(cfg_file.read_text())
-    pre = json.loads(pre_file.read_text()) if pre_file.exists() else {}
     text, vision = cfg.get("text_config", cfg), cfg.get("vision_config", {})
     print(f"model:        {path}")
     print(f"architecture: {', '.join(cfg.get('architectures', ['?']))}")
     print(f"language:     {text.get('num_hidden_layers')} layers, hidden {text.get('hidden_size')}, "
           f"vocab {text.get('vocab_size')}")
-    print(f"vision:       depth {vision.get('depth')}, embed {vision.get('embed_dim')}, "
+    print(f"vision:       depth {vision.get('depth')}, "
+          f"embed {vision.get('embed_dim') or vision.get('hidden_size')}, "
           f"patch {vision.get('patch_size')}, merge {vision.get('spatial_merge_size')}")
-    print(f"images:       min_pixels {pre.get('min_pixels')}, max_pixels {pre.get('max_pixels')}")
+    from mm_preproc.spec import SpecError, read_spec
+
+    try:
+        spec = read_spec(path)
+        print(f"family:       {spec.family.display_name} ({spec.family.value})")
+        print(f"images:       min_pixels {spec.min_pixels}, max_pixels {spec.max_pixels}, "
+              f"one token per {spec.factor}x{spec.factor} px, mean {list(spec.image_mean)}, "
+              f"std {list(spec.image_std)}")
+    except SpecError as e:
+        print(f"images:       not a family edgeserve preprocesses ({e})")
     return 0
 
 
