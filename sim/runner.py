@@ -26,6 +26,7 @@ class RunSpec:
     overrides: list[tuple[str, Any]] = field(default_factory=list)
     trace_path: str | None = None
     label: dict[str, Any] = field(default_factory=dict)  # sweep coordinates, for tables
+    series: bool = True  # per-device time series in the result (plots); sweeps need none
 
 
 @dataclass(slots=True)
@@ -55,7 +56,7 @@ def run_spec(spec: RunSpec, progress: bool = False) -> RunResult:
                      trace_path=spec.trace_path)
     summary = sim.run(progress=progress)
     fleet = sim.stats.fleet()
-    series = {
+    series = {} if not spec.series else {
         name: {
             "temp_c": (tl.temp_c.t, tl.temp_c.v),
             "clock_level": (tl.clock_level.t, tl.clock_level.v),
@@ -94,22 +95,12 @@ def mean_ci95(xs: list[float]) -> tuple[float, float]:
 
 
 def run_many(specs: list[RunSpec], workers: int = 1, use_ray: bool = False) -> list[RunResult]:
-    """Run specs on this process, a local process pool, or Ray (if installed and asked for)."""
-    if use_ray:
-        try:
-            import ray
-        except ImportError:
-            raise RuntimeError("--ray was given but ray is not installed (pip install ray)") from None
-        if not ray.is_initialized():
-            ray.init(ignore_reinit_error=True)
-        remote = ray.remote(run_spec)
-        return list(ray.get([remote.remote(s) for s in specs]))
-    if workers <= 1 or len(specs) <= 1:
-        return [run_spec(s) for s in specs]
-    from concurrent.futures import ProcessPoolExecutor
+    """Run specs on this process, a local process pool, or the Ray cluster found by
+    ``ray.init(address="auto")`` (see :mod:`sim.distribute`); results in the order of ``specs``."""
+    from sim.distribute import ExecConfig, run_all
 
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(run_spec, specs))
+    return run_all(specs, ExecConfig(workers=max(1, workers),
+                                     ray_address="auto" if use_ray else None))
 
 
 def load_raw(path: str | Path | None) -> tuple[dict[str, Any], Path]:

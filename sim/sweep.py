@@ -3,21 +3,26 @@
 A sweep axis is a dotted path into the scenario mapping (profiles inlined, so profile values can
 be swept too) with a list of values, e.g. ``devices[0].link.uplink_mbps=5,20,80``. The grid is
 the Cartesian product of the axes, times policies, times seeds. Each point is an independent run
-(:func:`sim.runner.run_spec`), so the pool scales to the cores available; with ``use_ray`` the
-runs go to a Ray cluster instead (only when ``ray`` is importable).
+(:func:`sim.runner.run_spec`), so the pool scales to the cores available; with a Ray address the
+runs go to a Ray cluster instead, one task per run (:mod:`sim.distribute`).
+
+Results come back as runs finish. With an output folder each one is written down at once
+(:mod:`sim.sweep_store`), and a sweep started again on the same folder runs only what is missing.
 """
 
 from __future__ import annotations
 
 import csv
 import itertools
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sim.compare import METRICS
 from sim.config import parse_override
+from sim.distribute import ExecConfig, run_stream
 from sim.report import table
-from sim.runner import RunResult, RunSpec, mean_ci95, run_many
+from sim.runner import RunResult, RunSpec, mean_ci95
 from sim.schema import ConfigError
 
 
@@ -43,21 +48,73 @@ def grid(axes: list[tuple[str, list[Any]]]) -> list[dict[str, Any]]:
             for combo in itertools.product(*(vals for _, vals in axes))]
 
 
-def sweep(raw: dict[str, Any], axes: list[tuple[str, list[Any]]], policies: list[str | None],
-          seeds: list[int], workers: int = 1, use_ray: bool = False) -> list[RunResult]:
+def specs_for(raw: dict[str, Any], axes: list[tuple[str, list[Any]]], policies: list[str | None],
+              seeds: list[int]) -> list[RunSpec]:
+    """One spec per grid point × policy × seed, every point validated before any runs."""
     specs = []
     for point in grid(axes):
         for p in policies:
             for s in seeds:
                 label = {**point, "policy": p or "(scenario)", "seed": s}
                 specs.append(RunSpec(raw=raw, policy=p, seed=s, overrides=list(point.items()),
-                                     label=label))
+                                     label=label, series=False))
     # validate every point before spending time on any (clear errors, not worker tracebacks)
     from sim.config import scenario_from_raw
 
     for spec in specs[:: max(1, len(policies) * len(seeds))]:
         scenario_from_raw(spec.raw, None, spec.overrides)
-    return run_many(specs, workers, use_ray)
+    return specs
+
+
+@dataclass(slots=True)
+class SweepRun:
+    """What :func:`run_specs` did: every result (in spec order), and how many came from disk."""
+
+    results: list[RunResult]
+    reused: int = 0  # read back from the output folder's sweep-runs.jsonl
+    ran: int = 0
+
+
+def run_specs(specs: list[RunSpec], cfg: ExecConfig, out: str | Path | None = None,
+              progress: bool = False) -> SweepRun:
+    """Run what ``out`` does not hold yet, writing each run down as it finishes."""
+    from tqdm import tqdm
+
+    from sim.sweep_store import RunStore, run_key, source_fingerprint
+
+    store = RunStore(out) if out is not None else None
+    sources = source_fingerprint()
+    keys = [run_key(s, sources) for s in specs]
+    results: list[RunResult | None] = [None] * len(specs)
+    todo: list[int] = []
+    for i, (spec, key) in enumerate(zip(specs, keys, strict=True)):
+        old = store.runs.get(key) if store is not None else None
+        if old is not None:
+            results[i] = RunResult(spec.label, old.summary, old.cdf, {}, old.wall_s)
+        else:
+            todo.append(i)
+    run = SweepRun([], reused=len(specs) - len(todo))
+    with tqdm(total=len(specs), initial=run.reused, unit="run", desc="sweep",
+              disable=not progress, mininterval=0.5, smoothing=0.1) as bar:
+        for j, result in run_stream([specs[i] for i in todo], cfg):
+            i = todo[j]
+            results[i] = result
+            if store is not None:
+                store.add(keys[i], result)
+            run.ran += 1
+            bar.update(1)
+    run.results = [r for r in results if r is not None]
+    return run
+
+
+def sweep(raw: dict[str, Any], axes: list[tuple[str, list[Any]]], policies: list[str | None],
+          seeds: list[int], workers: int = 1, use_ray: bool = False, *,
+          ray_address: str | None = None, out: str | Path | None = None,
+          progress: bool = False, retries: int = 3) -> list[RunResult]:
+    """The whole grid (see :func:`run_specs`); ``use_ray`` alone means ``ray_address="auto"``."""
+    address = ray_address if ray_address is not None else ("auto" if use_ray else None)
+    cfg = ExecConfig(workers=max(1, workers), ray_address=address, retries=retries)
+    return run_specs(specs_for(raw, axes, policies, seeds), cfg, out, progress).results
 
 
 def rows(results: list[RunResult]) -> list[dict[str, Any]]:

@@ -7,7 +7,8 @@ Subcommands:
 * ``compare [SCENARIO]`` several policies on the same workload and seeds; mean ± 95 % CI table,
                          latency CDF, temperature/clock and offload-share plots.
 * ``sweep [SCENARIO]``   a parameter grid (``--param KEY=V1,V2``) × policies × seeds on a local
-                         process pool (or Ray with ``--ray``); table and CSV.
+                         process pool or a Ray cluster (``--ray [ADDRESS]``); table and CSV;
+                         with ``--out`` an interrupted sweep resumes where it stopped.
 * ``profiles`` / ``policies``  list what ships.
 
 SCENARIO is a YAML file or the name of a built-in scenario. ``--set KEY.PATH=VALUE`` overrides
@@ -58,18 +59,32 @@ def add_parser(subparsers: Any, help_: str) -> None:
                       help="comma-separated policy names")
     cmp_.add_argument("--seeds", type=int, default=3, help="number of seeds (0..N-1)")
     cmp_.add_argument("--workers", type=int, default=0, help="processes (default: CPU count)")
-    cmp_.add_argument("--ray", action="store_true", help="run on Ray (if installed)")
+    cmp_.add_argument("--ray", action="store_true",
+                      help="run on the Ray cluster `ray start --head` started on this machine "
+                           "(pip install 'edgeserve[ray]')")
     cmp_.add_argument("--traces", action="store_true", help="write a trace per run into --out")
     cmp_.set_defaults(func=_compare)
 
-    sw = sub.add_parser("sweep", help="a parameter grid on a process pool (or Ray)")
+    sw = sub.add_parser(
+        "sweep", help="a parameter grid on a process pool (or Ray)",
+        description="A grid of runs (--param axes × --policies × --seeds) on a local process pool "
+                    "or a Ray cluster. With --out every finished run is written to "
+                    "OUT/sweep-runs.jsonl at once; the same command on the same --out resumes an "
+                    "interrupted sweep, running only the missing points.")
     _common(sw)
     sw.add_argument("--param", action="append", default=[], metavar="KEY=V1,V2,…",
                     help="a sweep axis (repeatable; the grid is their product)")
     sw.add_argument("--policies", default="", help="comma-separated policies (default: scenario's)")
     sw.add_argument("--seeds", type=int, default=1, help="number of seeds (0..N-1)")
-    sw.add_argument("--workers", type=int, default=0, help="processes (default: CPU count)")
-    sw.add_argument("--ray", action="store_true", help="run on Ray (if installed)")
+    sw.add_argument("--workers", type=int, default=0,
+                    help="local processes (default: CPU count; ignored with --ray)")
+    sw.add_argument("--ray", nargs="?", const="auto", default=None, metavar="ADDRESS",
+                    help="one Ray task per run on an existing cluster: alone, the one `ray start "
+                         "--head` started here; or HOST:PORT; or 'local' for a private one. "
+                         "Needs pip install 'edgeserve[ray]'")
+    sw.add_argument("--retries", type=int, default=3,
+                    help="re-runs of a run whose worker died (default 3)")
+    sw.add_argument("--no-progress", action="store_true", help="no progress bar")
     sw.set_defaults(func=_sweep)
 
     prof = sub.add_parser("profiles", help="list the shipped device and server profiles")
@@ -189,11 +204,15 @@ def _compare(args: argparse.Namespace) -> int:
 
 @_guard
 def _sweep(args: argparse.Namespace) -> int:
+    from sim.distribute import ExecConfig, import_ray
     from sim.runner import load_raw
-    from sim.sweep import format_sweep, parse_axis, rows, sweep, write_csv
+    from sim.sweep import format_sweep, parse_axis, rows, run_specs, specs_for, write_csv
+    from sim.sweep_store import FILE_NAME
 
     if not args.param:
         return _error("give at least one --param KEY=V1,V2,…")
+    if args.ray is not None:
+        import_ray()  # before any work: say how to install it
     axes = [parse_axis(p) for p in args.param]
     policies: list[str | None] = [p.strip() for p in args.policies.split(",") if p.strip()] or [None]
     raw, _ = load_raw(args.scenario)
@@ -201,9 +220,21 @@ def _sweep(args: argparse.Namespace) -> int:
 
     for key, value in _overrides(args):
         set_path(raw, key, value)
-    results = sweep(raw, axes, policies, list(range(max(1, args.seeds))), _workers(args.workers),
-                    args.ray)
-    data = rows(results)
+    specs = specs_for(raw, axes, policies, list(range(max(1, args.seeds))))
+    cfg = ExecConfig(workers=_workers(args.workers), ray_address=args.ray, retries=args.retries)
+    store = args.out / FILE_NAME if args.out is not None else None
+    try:
+        run = run_specs(specs, cfg, args.out, progress=not args.no_progress)
+    except KeyboardInterrupt:
+        if store is None:
+            print("edgeserve sim: interrupted (without --out nothing was kept)", file=sys.stderr)
+        else:
+            print(f"edgeserve sim: interrupted; finished runs are in {store}: the same command "
+                  "resumes from there", file=sys.stderr)
+        return 130
+    if run.reused:
+        print(f"resumed: {run.reused} of {len(specs)} runs read from {store}, {run.ran} run now")
+    data = rows(run.results)
     print(format_sweep(data))
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -212,7 +243,7 @@ def _sweep(args: argparse.Namespace) -> int:
         if args.plots:
             from sim.plots import latency_cdf
 
-            print(f"wrote {latency_cdf(results, args.out / 'latency_cdf.png', key='policy')}")
+            print(f"wrote {latency_cdf(run.results, args.out / 'latency_cdf.png', key='policy')}")
     return 0
 
 
