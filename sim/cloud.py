@@ -17,6 +17,16 @@ the batch's whole KV cache, and does ``2 · params`` FLOPs per token::
 so small batches are memory-bound (step time flat in ``b``) and big ones compute-bound. A prefill
 of ``p`` tokens is the same with ``2 · params · p`` FLOPs. Vision encoding adds a per-image-token
 time on the GPU; server-side image preprocessing is a per-megapixel delay (many fast cores).
+
+**Deployment** (:mod:`sim.deployment`): a checkpoint size override (``weights_gb``), tensor
+parallelism and prefix caching. With ``tp`` GPUs per replica every formula above is per GPU —
+``weights / tp``, ``ceil(kv_heads / tp)`` KV heads, ``flops / tp`` — and each step adds two
+all-reduces per layer of its tokens' activations over the interconnect::
+
+    step_s = max(bytes_gpu / bw, flops / tp / peak) + overhead + 2 · layers · t_allreduce(tokens)
+
+With prefix caching a prefill computes only the prompt tokens after its cached prefix (it still
+reads the cached KV): ``flops = 2 · params · (prompt − cached)``.
 """
 
 from __future__ import annotations
@@ -25,37 +35,46 @@ from collections.abc import Callable
 from typing import Any
 
 from sim.batching import BatchEngine, Engine, StepModel
+from sim.deployment import SINGLE_GPU, Deployment
 from sim.job import Job
 from sim.loop import EventLoop
+from sim.prefix_cache import PrefixCache
 from sim.profiles import CloudProfile, ModelShape
 from sim.service import Draws
-from sim.step_engine import StepEngine
+from sim.step_engine import StepEngine, first_computed
 
 
-def kv_bytes_per_token(m: ModelShape) -> float:
-    return 2.0 * m.layers * m.kv_heads * m.head_dim * m.kv_dtype.bytes
+def kv_bytes_per_token(m: ModelShape, d: Deployment = SINGLE_GPU) -> float:
+    """KV bytes one token keeps on one GPU of a replica (all of them for ``tp_size`` 1)."""
+    return 2.0 * m.layers * d.kv_heads_per_gpu(m.kv_heads) * m.head_dim * m.kv_dtype.bytes
 
 
-def weight_bytes(m: ModelShape) -> float:
+def weight_bytes(m: ModelShape, d: Deployment = SINGLE_GPU) -> float:
+    """Bytes of the whole checkpoint: ``weights_gb`` if given, else params × dtype bytes."""
+    if d.weights_gb is not None:
+        return d.weights_gb * 1e9
     return m.params_b * 1e9 * m.weight_dtype.bytes
 
 
-def kv_capacity_tokens(p: CloudProfile) -> int:
-    """KV-cache tokens one replica can hold (0 when the weights do not fit)."""
-    free = (p.gpu.memory_gb * 1e9 * p.server.gpu_memory_utilization - weight_bytes(p.model)
-            - p.server.activation_reserve_gb * 1e9)
-    return max(0, int(free // kv_bytes_per_token(p.model)))
+def kv_capacity_tokens(p: CloudProfile, d: Deployment = SINGLE_GPU) -> int:
+    """KV-cache tokens one replica can hold (0 when the weights do not fit): each of its
+    ``tp_size`` GPUs holds its share of the weights and of every token's KV."""
+    free = (p.gpu.memory_gb * 1e9 * p.server.gpu_memory_utilization
+            - weight_bytes(p.model, d) / d.tp_size - p.server.activation_reserve_gb * 1e9)
+    return max(0, int(free // kv_bytes_per_token(p.model, d)))
 
 
-def max_concurrency(p: CloudProfile, tokens_per_request: int) -> int:
+def max_concurrency(p: CloudProfile, tokens_per_request: int, d: Deployment = SINGLE_GPU) -> int:
     """Requests of ``tokens_per_request`` (prompt + output) that fit in one replica at once."""
-    return min(p.server.max_batch, kv_capacity_tokens(p) // tokens_per_request)
+    return min(p.server.max_batch, kv_capacity_tokens(p, d) // tokens_per_request)
 
 
 class Roofline(StepModel):
     """Prefill and decode-step times of one replica."""
 
     __slots__ = (
+        "ar_per_token_s",
+        "ar_step_s",
         "bw_b_s",
         "encode_s_per_token",
         "flops_per_token",
@@ -65,34 +84,43 @@ class Roofline(StepModel):
         "weights_b",
     )
 
-    def __init__(self, p: CloudProfile) -> None:
+    def __init__(self, p: CloudProfile, d: Deployment = SINGLE_GPU) -> None:
         s = p.server
+        tp = d.tp_size
         self.bw_b_s = p.gpu.mem_bandwidth_gb_s * 1e9 * s.bandwidth_efficiency
         self.flops_s = p.gpu.compute_tflops * 1e12 * s.compute_efficiency
-        self.flops_per_token = 2.0 * p.model.params_b * 1e9
-        self.weights_b = weight_bytes(p.model)
-        self.kv_per_token = kv_bytes_per_token(p.model)
+        self.flops_per_token = 2.0 * p.model.params_b * 1e9 / tp  # one GPU's share
+        self.weights_b = weight_bytes(p.model, d) / tp
+        self.kv_per_token = kv_bytes_per_token(p.model, d)
         self.overhead_s = s.step_overhead_s
-        self.encode_s_per_token = s.encode_s_per_image_token
+        self.encode_s_per_token = s.encode_s_per_image_token / tp
+        # all-reduce time of a step: latency part (per step) + bandwidth part (per token)
+        self.ar_step_s = d.allreduce_step_s(0, p.model.layers)
+        self.ar_per_token_s = d.allreduce_step_s(1, p.model.layers) - self.ar_step_s
+
+    def allreduce_s(self, tokens: int) -> float:
+        """The two all-reduces per layer of a step of ``tokens`` tokens (0 without TP)."""
+        return self.ar_step_s + self.ar_per_token_s * tokens if self.ar_step_s > 0.0 else 0.0
 
     def step_s(self, batch: int, context_tokens: int) -> float:
         mem = (self.weights_b + self.kv_per_token * context_tokens) / self.bw_b_s
         comp = self.flops_per_token * batch / self.flops_s
-        return (mem if mem > comp else comp) + self.overhead_s
+        return (mem if mem > comp else comp) + self.overhead_s + self.allreduce_s(batch)
 
     def prefill_tokens_s(self, tokens: int) -> float:
         mem = (self.weights_b + self.kv_per_token * tokens) / self.bw_b_s
         comp = self.flops_per_token * tokens / self.flops_s
-        return (mem if mem > comp else comp) + self.overhead_s
+        return (mem if mem > comp else comp) + self.overhead_s + self.allreduce_s(tokens)
 
     def prefill_draw_s(self, mean_s: float) -> float:
         return mean_s  # the roofline is deterministic
 
     def prefill_s(self, job: Job) -> float:
         tokens = job.prompt_tokens
+        computed = tokens - first_computed(job)  # a cached prefix is read, not computed
         mem = (self.weights_b + self.kv_per_token * tokens) / self.bw_b_s
-        comp = self.flops_per_token * tokens / self.flops_s
-        return (mem if mem > comp else comp) + self.overhead_s \
+        comp = self.flops_per_token * computed / self.flops_s
+        return (mem if mem > comp else comp) + self.overhead_s + self.allreduce_s(computed) \
             + self.encode_s_per_token * job.image_tokens
 
 
@@ -105,13 +133,15 @@ class CloudServer:
     """
 
     def __init__(self, loop: EventLoop, name: str, profile: CloudProfile, replicas: int,
-                 on_done: Callable[[Job], Any], seed: str = "") -> None:
+                 on_done: Callable[[Job], Any], seed: str = "",
+                 deployment: Deployment = SINGLE_GPU) -> None:
         self.loop = loop
         self.name = name
         self.placement = f"cloud:{name}"
         self.profile = profile
-        self.model = Roofline(profile)
-        self.kv_capacity_tokens = kv_capacity_tokens(profile)
+        self.deployment = deployment
+        self.model = Roofline(profile, deployment)
+        self.kv_capacity_tokens = kv_capacity_tokens(profile, deployment)
         self.preprocess_s_per_pixel = profile.server.preprocess_s_per_mpixel / 1e6
         step = profile.server.step
         self.replicas: list[Engine] = [
@@ -121,6 +151,9 @@ class CloudServer:
                        Draws(f"{seed}:cloud:{name}/{i}:step"))
             for i in range(replicas)
         ]
+        #: one prefix cache per replica (empty list: prefix caching off)
+        self.prefix_caches: list[PrefixCache] = (
+            [PrefixCache() for _ in range(replicas)] if deployment.prefix_caching else [])
         self.single = replicas == 1
         #: the arrival callback: straight to the engine when there is nothing to route
         self.arrive: Callable[[Any], None] = (
@@ -139,6 +172,26 @@ class CloudServer:
     def on_arrive(self, arg: Any) -> None:
         """Event: a request's bytes arrived and were preprocessed; queue it on a replica."""
         self.pick().submit(arg)
+
+    def submit_prefixed(self, job: Job, prefix_id: int, prefix_tokens: int) -> None:
+        """A request whose prompt starts with prefix ``prefix_id`` of ``prefix_tokens`` tokens
+        reaches the server: the least-loaded replica looks the prefix up in its cache (a hit sets
+        ``job.cached_tokens``) and queues it. Without prefix caching it is :meth:`on_arrive`."""
+        reps = self.replicas
+        i = 0
+        if len(reps) > 1:
+            best = reps[0].load
+            for k in range(1, len(reps)):
+                if reps[k].load < best:
+                    best = reps[k].load
+                    i = k
+        engine = reps[i]
+        if self.prefix_caches and prefix_tokens > 0:
+            budget = self.kv_capacity_tokens - engine.kv_used \
+                - job.prompt_tokens - job.output_tokens
+            job.cached_tokens = self.prefix_caches[i].lookup(
+                prefix_id, min(prefix_tokens, job.prompt_tokens), budget)
+        engine.submit(job)
 
     def estimate_s(self, job: Job) -> float:
         """Predicted preprocessing + engine time for ``job`` arriving now."""
