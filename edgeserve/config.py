@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mm_preproc.spec import QWEN2_VL, PreprocSpec, SpecError, read_spec
+
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "tiny-qwen2-vl"
 
 
@@ -101,8 +103,11 @@ class EngineOptions:
 class ServeConfig:
     """Everything ``edgeserve serve`` needs, validated on construction.
 
-    Image size policy: each image is resized (Qwen2-VL ``smart_resize``, 28-px factor) so that its
-    area lies in ``[min_pixels, max_pixels]``; one image token covers 28×28 pixels. Admission:
+    Image size policy: each image is resized (``smart_resize`` with the model family's factor:
+    28 px for Qwen2-VL and Qwen2.5-VL, 32 px for Qwen3-VL and Qwen3.5) so that its area lies in
+    ``[min_pixels, max_pixels]``; one image token covers factor × factor pixels. ``spec`` (the
+    family's patch geometry, mean/std and default pixel bounds) is read from the model folder
+    (:func:`mm_preproc.read_spec`) unless given. Admission:
     at most ``max_pending`` requests wait for a worker and at most ``max_inflight`` requests are
     admitted in total; beyond either the server answers 429 with ``Retry-After``. At most
     ``max_engine_queue`` requests (default 2 × max_num_seqs) are between preprocessing and their
@@ -133,6 +138,7 @@ class ServeConfig:
     max_image_pixels: int = 64_000_000
     max_images_per_request: int = 4
     # preprocessing (None: the model's preprocessor_config.json values)
+    spec: PreprocSpec | None = None  # None: read from the model folder
     min_pixels: int | None = None
     max_pixels: int | None = None
     preproc_backend: str = "auto"
@@ -175,15 +181,27 @@ class ServeConfig:
                      "max_image_pixels", "max_images_per_request", "retry_after_s"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        model_min, model_max = _model_pixel_limits(Path(self.model))
+        if isinstance(self.spec, dict):  # from a config file
+            try:
+                object.__setattr__(self, "spec", PreprocSpec(**self.spec))
+            except (SpecError, TypeError) as e:
+                raise ConfigError(f"spec: {e}") from None
+        if self.spec is None:
+            object.__setattr__(self, "spec", model_spec(Path(self.model)))
+        elif not isinstance(self.spec, PreprocSpec):
+            raise ConfigError(f"spec must be a mapping of PreprocSpec fields, got {self.spec!r}")
+        spec = self.preproc_spec
         if self.min_pixels is None:
-            object.__setattr__(self, "min_pixels", model_min)
+            object.__setattr__(self, "min_pixels", spec.min_pixels)
         if self.max_pixels is None:
-            object.__setattr__(self, "max_pixels", model_max)
+            object.__setattr__(self, "max_pixels", spec.max_pixels)
         assert self.min_pixels is not None and self.max_pixels is not None
-        if self.min_pixels < 28 * 28 or self.max_pixels < self.min_pixels:
+        one_token = spec.factor * spec.factor
+        if self.min_pixels < one_token or self.max_pixels < self.min_pixels:
             raise ConfigError(
-                f"need 784 <= min_pixels <= max_pixels, got {self.min_pixels}, {self.max_pixels}"
+                f"need {one_token} <= min_pixels <= max_pixels for {spec.family.display_name} "
+                f"(one image token is {spec.factor}x{spec.factor} pixels), got "
+                f"{self.min_pixels}, {self.max_pixels}"
             )
         if self.allowed_media_dir is not None and not Path(self.allowed_media_dir).is_dir():
             raise ConfigError(f"allowed_media_dir {self.allowed_media_dir!r} is not a directory")
@@ -214,6 +232,12 @@ class ServeConfig:
                               f"numbers (ONNX Runtime's provider options), got {opts!r}")
 
     @property
+    def preproc_spec(self) -> PreprocSpec:
+        """The model family's image-input spec (resolved on construction)."""
+        assert self.spec is not None
+        return self.spec
+
+    @property
     def model_name(self) -> str:
         """The name clients put in ``model`` (and ``GET /v1/models`` lists)."""
         return self.served_model_name or self.model
@@ -222,17 +246,14 @@ class ServeConfig:
         return dataclasses.replace(self, **changes)
 
 
-def _model_pixel_limits(model_dir: Path) -> tuple[int, int]:
-    """``(min_pixels, max_pixels)`` from the model's preprocessor config (Qwen2-VL defaults)."""
-    lo, hi = 56 * 56, 28 * 28 * 1280
+def model_spec(model_dir: Path) -> PreprocSpec:
+    """The model folder's image-input spec; Qwen2-VL's preset for a folder that is not a
+    supported model (the server then refuses it at start, in one paragraph:
+    :func:`edgeserve.engine.check_model_folder`)."""
     try:
-        cfg = json.loads((model_dir / "preprocessor_config.json").read_text())
-    except (OSError, ValueError):
-        return lo, hi
-    size = cfg.get("size") or {}
-    lo = int(cfg.get("min_pixels") or size.get("shortest_edge") or lo)
-    hi = int(cfg.get("max_pixels") or size.get("longest_edge") or hi)
-    return lo, hi
+        return read_spec(model_dir)
+    except SpecError:
+        return QWEN2_VL
 
 
 def _engine_from_dict(d: dict[str, Any]) -> EngineOptions:

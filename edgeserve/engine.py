@@ -141,6 +141,12 @@ def check_model_folder(model_dir: str) -> None:
         raise ModelFolderError(
             f"vLLM does not know the architecture {archs or '(none given)'} of {cfg_path}; "
             f"this vLLM serves Qwen-VL models as {', '.join(vl)}. Pass another --model.")
+    from mm_preproc.spec import SpecError, read_spec
+
+    try:  # a family whose images edgeserve cannot preprocess faithfully
+        read_spec(model_dir)
+    except SpecError as e:
+        raise ModelFolderError(f"{e} Pass --model DIR of one of those.") from None
 
 
 class Engine:
@@ -153,7 +159,8 @@ class Engine:
         self._llm: Any = None
         self._tokenizer: Any = None
         self._engine_segments: set[str] = set()  # vLLM's /dev/shm segments (psm_*)
-        # transformers' Qwen2-VL processor takes the pixel limits as size bounds
+        # transformers' Qwen2-VL image processor (every Qwen-VL family's) takes the pixel limits
+        # as size bounds
         self.mm_kwargs = {"size": {"shortest_edge": config.min_pixels,
                                    "longest_edge": config.max_pixels}}
         self.takes_embeds = config.encoder is not EncoderKind.NONE

@@ -9,7 +9,8 @@ color conversion and the antialiased resize to the exact ``smart_resize`` target
 ``target_h × target_w × 3`` uint8 array straight into the output segment (sized beforehand from
 the header alone, :func:`mm_preproc.probe`). vLLM's own
 processor then only rescales, normalizes and patchifies an image that is already the right size
-(its resize becomes a no-op because the server passes the same pixel limits).
+(its resize becomes a no-op because the server passes the same pixel limits and the target is
+a multiple of the model family's factor: ``params.spec``, 28 px for Qwen2-VL, 32 for Qwen3-VL).
 
 With an encoder (``--encoder onnx``, :mod:`edgeserve.encoder`) the job goes two stages further:
 ``mm_preproc`` also normalizes and patchifies (``pixel_values``, float32, in the process's own
@@ -106,13 +107,14 @@ def _process(
     import mm_preproc
 
     header = mm_preproc.probe(data, params.max_image_pixels)
-    th, tw = mm_preproc.target_size(header.height, header.width,
-                                    min_pixels=params.min_pixels, max_pixels=params.max_pixels)
+    th, tw = mm_preproc.target_size(header.height, header.width, min_pixels=params.min_pixels,
+                                    max_pixels=params.max_pixels, spec=params.spec)
     out = alloc((th, tw, 3), "uint8")
     r = mm_preproc.preprocess(
         data, min_pixels=params.min_pixels, max_pixels=params.max_pixels,
         backend=params.backend, fast_decode=params.fast_decode, out=out,
         output=mm_preproc.OutputFormat.IMAGE, max_source_pixels=params.max_image_pixels,
+        spec=params.spec,
     )
     digest = content_hash(data, th, tw)
     end = time.monotonic()
@@ -141,6 +143,7 @@ def _process_and_encode(
         data, min_pixels=params.min_pixels, max_pixels=params.max_pixels,
         backend=params.backend, fast_decode=params.fast_decode,
         output=mm_preproc.OutputFormat.FLOAT32, max_source_pixels=params.max_image_pixels,
+        spec=params.spec,
     )
     normalize_end = time.monotonic()
     th, tw, t = r.target_height, r.target_width, r.timings

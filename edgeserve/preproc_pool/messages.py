@@ -14,6 +14,7 @@ import enum
 import msgspec
 
 from edgeserve.encoder import EncoderSpec
+from mm_preproc.spec import QWEN2_VL, PreprocSpec
 
 
 class SourceKind(enum.StrEnum):
@@ -42,6 +43,7 @@ class PreprocParams(msgspec.Struct, frozen=True, array_like=True):
     backend: str = "auto"
     fast_decode: bool = True
     encoder: EncoderSpec | None = None  # run the vision encoder after patchify
+    spec: PreprocSpec = QWEN2_VL  # the model family's patch geometry, mean/std (mm_preproc.spec)
 
 
 class Job(msgspec.Struct, frozen=True, array_like=True):

@@ -3,7 +3,7 @@
 Routes:
 
 * ``POST /v1/chat/completions`` — OpenAI chat completions with images (see :mod:`.chat`);
-* ``GET /v1/models`` — the one served model;
+* ``GET /v1/models`` — the one served model, with its family (``qwen2_vl``, ``qwen3_vl``, …);
 * ``GET /health`` — 200 with the worker and engine pids once serving; 503 while draining;
 * ``GET /metrics`` — Prometheus text: ``edgeserve_*`` and vLLM's ``vllm:*`` metrics;
 * ``GET /v1/events`` — Server-Sent Events: each event's ``data`` is one trace line
@@ -34,6 +34,7 @@ from edgeserve.config import PreprocMode, ServeConfig
 from edgeserve.console import say
 from edgeserve.encoder import EncoderSpec, check_encoder
 from edgeserve.engine import Engine
+from edgeserve.family_paths import resolve_paths
 from edgeserve.metrics import Metrics
 from edgeserve.preproc_pool import shm
 from edgeserve.preproc_pool.inline import InlinePreproc
@@ -70,6 +71,7 @@ async def models(request: web.Request) -> web.Response:
     return web.json_response({"object": "list", "data": [{
         "id": ctx.config.model_name, "object": "model", "created": int(time.time()),
         "owned_by": "edgeserve", "max_model_len": ctx.config.engine.max_model_len,
+        "family": ctx.config.preproc_spec.family.value,
     }]})
 
 
@@ -132,6 +134,9 @@ async def serve(cfg: ServeConfig, ready_message: bool = True) -> int:
     stale = shm.sweep_stale()
     if stale:
         log.warning("removed %d shared-memory segments left by dead servers", len(stale))
+    cfg, fallbacks = resolve_paths(cfg)  # paths this model family cannot take
+    for line in fallbacks:
+        say(line)
     spec = check_encoder(cfg)  # before anything starts: a missing or foreign export fails here
     if spec is not None:
         say(_encoder_line(cfg, spec))
@@ -140,7 +145,7 @@ async def serve(cfg: ServeConfig, ready_message: bool = True) -> int:
                            max_image_pixels=cfg.max_image_pixels,
                            max_image_bytes=cfg.max_image_bytes,
                            backend=cfg.preproc_backend, fast_decode=cfg.fast_decode,
-                           encoder=spec)
+                           encoder=spec, spec=cfg.preproc_spec)
     preproc: PreprocPool | InlinePreproc
     if cfg.mode is PreprocMode.SPLIT:
         preproc = PreprocPool(cfg.workers, params, cfg.max_pending)
@@ -159,7 +164,8 @@ async def serve(cfg: ServeConfig, ready_message: bool = True) -> int:
         engine.shutdown()
         shm.sweep(os.getpid())
         raise
-    meta: dict[str, object] = {"model": cfg.model_name, "mode": cfg.mode.value,
+    meta: dict[str, object] = {"model": cfg.model_name, "family": cfg.preproc_spec.family.value,
+                               "mode": cfg.mode.value,
                                "workers": cfg.workers if cfg.mode is PreprocMode.SPLIT else 0,
                                "min_pixels": cfg.min_pixels, "max_pixels": cfg.max_pixels,
                                "host": host_name(), "pid": os.getpid(),
@@ -168,6 +174,8 @@ async def serve(cfg: ServeConfig, ready_message: bool = True) -> int:
                                "max_engine_queue": cfg.max_engine_queue,
                                "engine": engine.describe(),
                                "processes": process_layout(preproc.worker_pids())}
+    if fallbacks:
+        meta["fallbacks"] = fallbacks
     if spec is not None:
         meta["encoder"] = {"kind": cfg.encoder.value, "graph": spec.graph,
                            "provider": spec.provider, "threads": spec.intra_op_threads}

@@ -35,7 +35,6 @@ from edgeserve.server.context import ServerContext
 from edgeserve.server.media import load_image
 
 _json = msgspec.json.Encoder()
-FACTOR = 28  # pixels per image-token side (14-px patches, 2×2 merge)
 
 
 class HTTPFailure(Exception):
@@ -143,7 +142,8 @@ async def _preprocess(ctx: ServerContext, urls: list[str], rec: RequestRecord) -
         rec.encode_end_s = max(d.result.encode_end_s for d in done)
     rec.source_width, rec.source_height = first.source_width, first.source_height
     rec.target_width, rec.target_height = first.target_width, first.target_height
-    rec.image_tokens = sum((d.result.target_width // FACTOR) * (d.result.target_height // FACTOR)
+    spec = ctx.config.preproc_spec  # one token per factor × factor pixels (28 or 32)
+    rec.image_tokens = sum(spec.tokens(d.result.target_height, d.result.target_width)
                            for d in done)
     return done
 
