@@ -196,7 +196,11 @@ def build(fam: TinyFamily, out_dir: Path | None = None, sizes: TinySizes | None 
     tmp.mkdir(parents=True)
     tok = tiny_qwen2_vl._build_tokenizer(sizes)
     tok.save(str(tmp / "tokenizer.json"))
-    ids = {t: tok.token_to_id(t) for t in SPECIAL_TOKENS}
+    ids: dict[str, int] = {}
+    for t in SPECIAL_TOKENS:
+        token_id = tok.token_to_id(t)
+        assert token_id is not None  # added just above by _build_tokenizer
+        ids[t] = token_id
     vocab_size = -(-tok.get_vocab_size() // 64) * 64
 
     config = getattr(transformers, fam.config_class)(
