@@ -28,6 +28,10 @@ from sim.job import Job
 from sim.profiles import FEATURES, ServiceKind, ServiceModelConfig
 
 _BLOCK = 4096
+# A stage's factor blocks start small and double up to _BLOCK: the same variates in the same order
+# (numpy's generators draw sequentially), but a fleet of thousands of devices, each with a few
+# hundred requests, no longer holds 4096 floats per stage and device.
+_FIRST_BLOCK = 64
 
 
 class HasFeatures(Protocol):
@@ -137,21 +141,27 @@ def _factor_blocks(cfg: ServiceModelConfig, draws: Draws) -> Iterator[list[float
     of factors are made at once from numpy's block of variates.
     """
     gen = draws._gen
+    size = _FIRST_BLOCK
     if cfg.kind is ServiceKind.LOGNORMAL:
         var = math.log1p(cfg.cv * cfg.cv)
         sigma, half_var = math.sqrt(var), var / 2
         while True:
-            zs: list[float] = gen.standard_normal(_BLOCK).tolist()  # typed: math.exp compiles
-            yield [math.exp(sigma * z - half_var) for z in zs]
+            zs: list[float] = gen.standard_normal(size).tolist()  # typed: math.exp compiles
+            factors = [math.exp(sigma * z - half_var) for z in zs]
+            zs = []  # not kept alive while suspended
+            yield factors
+            size = min(2 * size, _BLOCK)
     elif cfg.kind is ServiceKind.EXPONENTIAL:
         while True:
-            yield gen.standard_exponential(_BLOCK).tolist()
+            yield gen.standard_exponential(size).tolist()
+            size = min(2 * size, _BLOCK)
     else:  # empirical
         m = sum(cfg.samples_s) / len(cfg.samples_s)
         ratios = [s / m for s in cfg.samples_s]
         n = len(ratios)
         while True:
-            yield [ratios[int(u * n)] for u in gen.random(_BLOCK).tolist()]
+            yield [ratios[int(u * n)] for u in gen.random(size).tolist()]
+            size = min(2 * size, _BLOCK)
 
 
 class ServiceTime:
