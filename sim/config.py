@@ -66,22 +66,49 @@ class ImageSize:
         positive(self.weight, "weight")
 
 
+_DEFAULT_MIN_PIXELS, _DEFAULT_MAX_PIXELS = 56 * 56, 28 * 28 * 1280
+
+
 @dataclass(slots=True, frozen=True)
 class ImageConfig:
-    """Source images and the model's smart_resize rule (Qwen2-VL: 28-px factor, 2×2 merge)."""
+    """Source images and the model's smart_resize rule (Qwen2-VL: 28-px factor, 2×2 merge).
+
+    ``family`` (``qwen2_vl``, ``qwen2_5_vl``, ``qwen3_vl``, ``qwen3_5``) takes the rule from that
+    Qwen-VL family's spec (:mod:`mm_preproc.spec`, the numbers the runtime preprocesses with):
+    ``factor`` and ``pixels_per_token`` (32 and 32² for Qwen3-VL), and — where they are left at
+    the Qwen2-VL defaults — the family's ``min_pixels`` and 1280 image tokens' ``max_pixels``.
+    """
 
     sizes: list[ImageSize] = field(default_factory=lambda: [ImageSize(1280, 720)])
     jpeg_bytes_per_pixel: float = 0.25
     factor: int = 28
-    min_pixels: int = 56 * 56
-    max_pixels: int = 28 * 28 * 1280
+    min_pixels: int = _DEFAULT_MIN_PIXELS
+    max_pixels: int = _DEFAULT_MAX_PIXELS
     pixels_per_token: int = 28 * 28
+    family: str | None = None
 
     def __post_init__(self) -> None:
+        if self.family is not None:
+            self._apply_family(self.family)
         require(len(self.sizes) > 0, "sizes", "needs at least one size")
         positive(self.jpeg_bytes_per_pixel, "jpeg_bytes_per_pixel")
         positive(self.factor, "factor")
         require(self.max_pixels >= self.min_pixels, "max_pixels", "must be >= min_pixels")
+
+    def _apply_family(self, name: str) -> None:
+        from mm_preproc.spec import PRESETS, Family
+
+        try:
+            spec = PRESETS[Family(name)]
+        except ValueError:
+            names = ", ".join(f.value for f in Family)
+            raise ValueError(f"family: must be one of {names}, got {name!r}") from None
+        object.__setattr__(self, "factor", spec.factor)
+        object.__setattr__(self, "pixels_per_token", spec.factor * spec.factor)
+        if self.min_pixels == _DEFAULT_MIN_PIXELS:
+            object.__setattr__(self, "min_pixels", spec.min_pixels)
+        if self.max_pixels == _DEFAULT_MAX_PIXELS:
+            object.__setattr__(self, "max_pixels", spec.budget(1280))
 
 
 class WorkloadKind(enum.StrEnum):
