@@ -9,6 +9,8 @@ Subcommands:
 * ``sweep [SCENARIO]``   a parameter grid (``--param KEY=V1,V2``) × policies × seeds on a local
                          process pool or a Ray cluster (``--ray [ADDRESS]``); table and CSV;
                          with ``--out`` an interrupted sweep resumes where it stopped.
+* ``replicas-tp``        replicas or tensor parallelism for a box's GPUs at a rate and SLO
+                         (``sim/replicas_tp.py``); table, verdict, JSON and a plot.
 * ``profiles`` / ``policies``  list what ships.
 
 SCENARIO is a YAML file or the name of a built-in scenario. ``--set KEY.PATH=VALUE`` overrides
@@ -86,6 +88,15 @@ def add_parser(subparsers: Any, help_: str) -> None:
                     help="re-runs of a run whose worker died (default 3)")
     sw.add_argument("--no-progress", action="store_true", help="no progress bar")
     sw.set_defaults(func=_sweep)
+
+    rtp = sub.add_parser("replicas-tp", help="replicas or tensor parallelism? every layout of "
+                         "a box's GPUs at a rate and SLO (sim/replicas_tp.py)",
+                         description="Simulate N GPUs of a box as N/tp replicas of tp GPUs "
+                         "(tp = 1, 2, 4, …) at rates around --rate; say which layouts meet the "
+                         "SLO (TTFT p99, TPOT p99) and which is best at --rate. The model: "
+                         "sim/replicas_tp.py and docs/sim.md.")
+    _replicas_tp_args(rtp)
+    rtp.set_defaults(func=_replicas_tp)
 
     prof = sub.add_parser("profiles", help="list the shipped device and server profiles")
     prof.set_defaults(func=_profiles)
@@ -245,6 +256,18 @@ def _sweep(args: argparse.Namespace) -> int:
 
             print(f"wrote {latency_cdf(run.results, args.out / 'latency_cdf.png', key='policy')}")
     return 0
+
+
+def _replicas_tp_args(p: argparse.ArgumentParser) -> None:
+    from sim.replicas_tp import add_arguments
+
+    add_arguments(p)
+
+
+def _replicas_tp(args: argparse.Namespace) -> int:
+    from sim.replicas_tp import run_cli
+
+    return run_cli(args)
 
 
 def _profiles(args: argparse.Namespace) -> int:
