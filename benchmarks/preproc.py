@@ -15,10 +15,16 @@ shows images/s and the median ratio with min–max over the rounds. Contenders:
 * ``qwen-vl-utils``   ``fetch_image`` (decode, smart_resize, resize) + ``Qwen2VLImageProcessorPil``
 * ``decode-floor``    decoding alone, with the decoder and DCT scale ``ours`` picked
 
+Model family: ``--family`` (``qwen2_vl`` by default, ``qwen2_5_vl``, ``qwen3_vl``, ``qwen3_5``)
+or ``--model DIR`` (the folder's spec, :func:`mm_preproc.read_spec`) sets the patch geometry,
+mean/std and ``min_pixels`` of every contender: ours gets the spec, the transformers processors
+are configured with it (every Qwen-VL family uses ``Qwen2VLImageProcessor`` with its own
+numbers), qwen-vl-utils gets the spec's patch size.
+
 Mixes are built at run time from scikit-image's sample photographs, upscaled with Lanczos:
-12 MP JPEG (q90), 1080p JPEG (q90), 4K PNG, 640×480 JPEG. Budgets: ``max_pixels`` =
-1280·28·28 (what a server typically sets) and 16384·28·28 (the Qwen2-VL checkpoints'
-preprocessor_config.json; transformers' class default equals the first).
+12 MP JPEG (q90), 1080p JPEG (q90), 4K PNG, 640×480 JPEG. Budgets, in image tokens of the
+family (``max_pixels`` = tokens × factor²): 1280 (what a server typically sets; 1280·28² for
+Qwen2-VL, 1280·32² for Qwen3-VL) and 16384 (the Qwen2-VL checkpoints' preprocessor_config.json).
 
 Run: ``python benchmarks/preproc.py --out results/preproc.json`` (or ``edgeserve bench
 preproc --out …``). The script pins itself to one core (``--core``) and one thread per library.
@@ -41,6 +47,10 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mm_preproc.spec import PreprocSpec
 
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 _CHILD_FLAG = "MM_PREPROC_BENCH_PINNED"
@@ -67,13 +77,14 @@ MIXES: dict[str, tuple[int, int, str]] = {
     "4K PNG": (3840, 2160, "PNG"),
     "640x480 JPEG": (640, 480, "JPEG"),
 }
-BUDGETS: dict[str, int] = {"1280 tok": 1280 * 28 * 28, "16384 tok": 16384 * 28 * 28}
+BUDGETS: dict[str, int] = {"1280 tok": 1280, "16384 tok": 16384}  # image tokens of the family
 PHOTOS = ("astronaut", "coffee", "chelsea", "rocket", "hubble_deep_field")
 REFERENCES = ("hf-pil", "hf-torchvision", "qwen-vl-utils", "ours-faithful", "decode-floor")
 
 
 @dataclass(slots=True)
 class Row:
+    family: str
     mix: str
     budget: str
     max_pixels: int
@@ -110,7 +121,7 @@ def build_mix(name: str, photos: tuple[str, ...], folder: Path) -> list[bytes]:
 
 
 def contenders(
-    max_pixels: int, torchvision_ok: bool, all_backends: bool
+    spec: PreprocSpec, max_pixels: int, torchvision_ok: bool, all_backends: bool
 ) -> dict[str, Callable[[bytes], object]]:
     import cv2
     from PIL import Image
@@ -123,8 +134,10 @@ def contenders(
     from mm_preproc.pipeline import decoder_for
     from mm_preproc.reference import processor
 
-    size = {"shortest_edge": 56 * 56, "longest_edge": max_pixels}
-    hf_pil, hf_tv = processor("pil"), (processor("torchvision") if torchvision_ok else None)
+    lo = spec.min_pixels
+    size = {"shortest_edge": lo, "longest_edge": max_pixels}
+    hf_pil = processor("pil", spec)
+    hf_tv = processor("torchvision", spec) if torchvision_ok else None
 
     def pil_rgb(data: bytes) -> Image.Image:
         return Image.open(io.BytesIO(data)).convert("RGB")
@@ -132,7 +145,8 @@ def contenders(
     def floor(data: bytes) -> object:
         """Decode only, as ours does: same decoder, same DCT scale."""
         im, header = mm_decode.open_bytes(data)
-        th, tw = mm_preproc.target_size(header.height, header.width, max_pixels=max_pixels)
+        th, tw = mm_preproc.target_size(header.height, header.width, max_pixels=max_pixels,
+                                        spec=spec)
         scale = mm_decode.draft_scale(header, th, tw)
         if decoder_for(header, Backend.AUTO, im is not None) is Backend.OPENCV:
             return opencv_decode.decode_opencv(data, header, scale)
@@ -140,19 +154,18 @@ def contenders(
         return mm_decode.decode(im, header, scale)
 
     table: dict[str, Callable[[bytes], object]] = {
-        "ours": lambda d: mm_preproc.preprocess(d, max_pixels=max_pixels),
+        "ours": lambda d: mm_preproc.preprocess(d, max_pixels=max_pixels, spec=spec),
         "ours-faithful": lambda d: mm_preproc.preprocess(
-            d, max_pixels=max_pixels, fast_decode=False
+            d, max_pixels=max_pixels, fast_decode=False, spec=spec
         ),
-        "ours-uint8": lambda d: mm_preproc.preprocess(d, max_pixels=max_pixels, output="uint8"),
+        "ours-uint8": lambda d: mm_preproc.preprocess(
+            d, max_pixels=max_pixels, output="uint8", spec=spec
+        ),
         "hf-pil": lambda d: hf_pil(images=pil_rgb(d), size=size, return_tensors="np"),
         "qwen-vl-utils": lambda d: hf_pil(
             images=fetch_image(
-                {
-                    "image": Image.open(io.BytesIO(d)),
-                    "min_pixels": 56 * 56,
-                    "max_pixels": max_pixels,
-                }
+                {"image": Image.open(io.BytesIO(d)), "min_pixels": lo, "max_pixels": max_pixels},
+                image_patch_size=spec.patch_size,
             ),
             size=size,
             return_tensors="np",
@@ -164,17 +177,17 @@ def contenders(
         def ours_numpy(data: bytes) -> object:
             old = patchify.set_native(False)
             try:
-                return mm_preproc.preprocess(data, max_pixels=max_pixels)
+                return mm_preproc.preprocess(data, max_pixels=max_pixels, spec=spec)
             finally:
                 patchify.set_native(old)
 
         table["ours-numpy"] = ours_numpy
     if all_backends:
         table["ours-pillow"] = lambda d: mm_preproc.preprocess(
-            d, max_pixels=max_pixels, backend="pillow"
+            d, max_pixels=max_pixels, backend="pillow", spec=spec
         )
         table["ours-opencv"] = lambda d: mm_preproc.preprocess(
-            d, max_pixels=max_pixels, backend="opencv"
+            d, max_pixels=max_pixels, backend="opencv", spec=spec
         )
     if hf_tv is not None:
         table["hf-torchvision"] = lambda d: hf_tv(images=pil_rgb(d), size=size, return_tensors="pt")
@@ -183,6 +196,7 @@ def contenders(
 
 
 def measure(
+    spec: PreprocSpec,
     mix: str,
     budget: str,
     payloads: list[bytes],
@@ -192,8 +206,8 @@ def measure(
 ) -> Row:
     import mm_preproc
 
-    max_pixels = BUDGETS[budget]
-    table = contenders(max_pixels, torchvision_ok, all_backends)
+    max_pixels = spec.budget(BUDGETS[budget])
+    table = contenders(spec, max_pixels, torchvision_ok, all_backends)
     names = list(table)
     for fn in table.values():  # warm-up: imports, lazy inits, caches
         fn(payloads[0])
@@ -210,7 +224,8 @@ def measure(
                 times[name][r] += time.perf_counter() - start
     ours = times["ours"]
     row = Row(
-        mix, budget, max_pixels, len(payloads), rounds, len(payloads) / statistics.median(ours)
+        spec.family.value, mix, budget, max_pixels, len(payloads), rounds,
+        len(payloads) / statistics.median(ours),
     )
     for name in names:
         row.images_per_s[name] = len(payloads) / statistics.median(times[name])
@@ -226,7 +241,7 @@ def measure(
         ]
     stage_sums: dict[str, float] = {}
     for data in payloads:
-        res = mm_preproc.preprocess(data, max_pixels=max_pixels)
+        res = mm_preproc.preprocess(data, max_pixels=max_pixels, spec=spec)
         row.decode_scale.append(round((res.timings.pixels_in / res.timings.pixels_decoded) ** 0.5))
         row.decoder = res.decoder.value
         for k, v in res.timings.as_dict().items():
@@ -254,16 +269,16 @@ def _over_floor(row: Row, name: str) -> str:
 
 def format_table(rows: list[Row]) -> str:
     head = (
-        "| mix | max_pixels | ours img/s | × HF PIL | × HF torchvision | × qwen-vl-utils+HF "
+        "| family | mix | max_pixels | ours img/s | × HF PIL | × HF torchvision | × qwen-vl-utils+HF "
         "| × ours faithful | ours ÷ decode floor | ours-uint8 ÷ decode floor | DCT scale |"
     )
-    lines = [head, "|" + "---|" * 10]
+    lines = [head, "|" + "---|" * 11]
     for r in rows:
         floor_txt = _over_floor(r, "ours")
         uint8_txt = _over_floor(r, "ours-uint8")
         scales = "/".join(sorted({f"1/{s}" for s in r.decode_scale}))
         lines.append(
-            f"| {r.mix} | {r.budget} | {r.ours_images_per_s:.1f} | {_ratio(r, 'hf-pil')} | "
+            f"| {r.family} | {r.mix} | {r.budget} | {r.ours_images_per_s:.1f} | {_ratio(r, 'hf-pil')} | "
             f"{_ratio(r, 'hf-torchvision')} | {_ratio(r, 'qwen-vl-utils')} | "
             f"{_ratio(r, 'ours-faithful')} | {floor_txt} | {uint8_txt} | {scales} |"
         )
@@ -278,6 +293,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--core", type=int, default=0, help="CPU core to pin to")
     p.add_argument("--mix", action="append", choices=list(MIXES), help="only these mixes")
     p.add_argument("--budget", action="append", choices=list(BUDGETS), help="only these budgets")
+    p.add_argument("--family", default="qwen2_vl",
+                   choices=["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5"],
+                   help="model family whose preprocessing all contenders do (default: qwen2_vl)")
+    p.add_argument("--model", type=Path, default=None, metavar="DIR",
+                   help="take the spec from this model folder instead (overrides --family)")
     p.add_argument(
         "--no-pool",
         action="store_true",
@@ -323,7 +343,13 @@ def main(argv: list[str] | None = None) -> int:
 
         set_native(False)
     from mm_preproc.patchify import native_available
+    from mm_preproc.spec import PRESETS, Family, SpecError, read_spec
 
+    try:
+        spec = read_spec(args.model) if args.model is not None else PRESETS[Family(args.family)]
+    except SpecError as e:
+        print(f"benchmarks/preproc.py: {e}", file=sys.stderr)
+        return 2
     tv_ok = torchvision_available()
     affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "n/a"
     env = {
@@ -340,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         "torchvision_backend": tv_ok,
         "buffer_pool": not args.no_pool,
         "native_kernel": native_available(),
+        "spec": {k: (v.value if k == "family" else v) for k, v in asdict(spec).items()},
     }
     print(f"# environment: {json.dumps(env)}", flush=True)
     photos = PHOTOS[: args.photos]
@@ -348,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         for mix in args.mix or list(MIXES):
             payloads = build_mix(mix, photos, Path(tmp))
             for budget in args.budget or list(BUDGETS):
-                row = measure(mix, budget, payloads, args.rounds, tv_ok, args.all_backends)
+                row = measure(spec, mix, budget, payloads, args.rounds, tv_ok, args.all_backends)
                 rows.append(row)
                 print(
                     f"# {mix} @ {budget}: ours {row.ours_images_per_s:.1f} img/s; "
