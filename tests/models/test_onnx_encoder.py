@@ -80,9 +80,23 @@ def test_frames_attend_separately_as_in_transformers(
 def test_graph_has_the_served_interface_with_dynamic_sizes(encoder: OnnxEncoder) -> None:
     inputs = [(i.name, i.type, i.shape) for i in encoder.session.get_inputs()]
     outputs = [(o.name, o.type, o.shape) for o in encoder.session.get_outputs()]
+    # one image (or video) per run, any number of patches; OnnxEncoder runs a batch image by image
     assert inputs == [("pixel_values", "tensor(float)", ["num_patches", 1176]),
-                      ("image_grid_thw", "tensor(int64)", ["num_images", 3])]
+                      ("image_grid_thw", "tensor(int64)", [1, 3])]
     assert outputs == [("image_embeds", "tensor(float)", ["num_tokens", HIDDEN])]
+    assert encoder.images_per_run == 1
+
+
+def test_attention_is_onnx_runtimes_fused_kernel_without_a_mask(cli_export: tuple[Path, str]) -> None:
+    import onnx
+
+    ops = [n.op_type for n in onnx.load(str(cli_export[0])).graph.node]
+    # one fused MultiHeadAttention per block; no Softmax over (patches × patches) scores, no
+    # Conv (the patch embed is one MatMul), and nothing builds a mask (Where/Equal)
+    assert ops.count("MultiHeadAttention") == 2
+    assert not {"Softmax", "Conv", "Where", "Equal"} & set(ops)
+    assert EncoderMeta.read(cli_export[0]).attention == (
+        "com.microsoft.MultiHeadAttention per frame, no mask")
 
 
 def test_metadata_describes_the_model_and_the_verification(
@@ -171,4 +185,5 @@ def test_dynamo_exporter_gives_a_verified_graph_too(tiny_model_dir: Path, tmp_pa
     meta = EncoderMeta.read(graph)
     assert meta.exporter == "torch.onnx.export (torch.export, dynamo=True)"
     assert meta.max_abs_diff <= BOUND and len(meta.checks) == 4
+    assert meta.attention == "MatMul-Softmax-MatMul per frame, no mask"
     assert meta.graph_bytes == graph.stat().st_size + (tmp_path / "encoder.onnx.data").stat().st_size
