@@ -102,6 +102,8 @@ class RequestRecord(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False, 
     num_images: int = 0
     source_width: int = 0
     source_height: int = 0
+    # pixels actually decoded (JPEGs may decode at 1/2…1/8 scale in the DCT domain); 0: unknown
+    decoded_pixels: int = 0
     target_width: int = 0
     target_height: int = 0
     image_tokens: int = 0

@@ -7,13 +7,18 @@ simulator's models use (ordinary least squares, coefficients kept non-negative):
 ==============  ===========================================  ==============================
 stage           duration from the record                     features
 ==============  ===========================================  ==============================
-image_decode    ``decode_end_s − preproc_start_s``           source pixels
-resize          ``resize_end_s − decode_end_s``              source pixels, target pixels
+image_decode    ``decode_end_s − preproc_start_s``           source pixels, decoded pixels
+resize          ``resize_end_s − decode_end_s``              decoded pixels, target pixels
 normalize       ``normalize_end_s − resize_end_s``           target pixels
 encode          ``encode_end_s − normalize_end_s``           image tokens
 prefill         ``first_token_s − engine_queued_s``          prompt tokens
 decode_step     ``(last − first token) / (output − 1)``      requests decoding at once
 ==============  ===========================================  ==============================
+
+*Decoded* pixels are what the decoder produced: a JPEG much larger than its target is decoded at
+1/2…1/8 scale in the DCT domain, so decode costs a little per source pixel (entropy decoding) and
+more per decoded pixel, and the resize starts from the decoded image. A calibration run whose
+images span sizes on both sides of the downscale thresholds separates the two terms.
 
 Queueing must not leak into service times. The CPU stages are measured inside a worker, so they
 are clean. For prefill only requests that found the engine empty are used (no other request
@@ -34,7 +39,10 @@ step's duration is its own:
 (``context_tokens`` = the KV held after the step, ``kv_cache_usage × kv_cache_tokens`` of the
 header). The header also gives the engine's limits (``max_num_seqs``, ``max_num_batched_tokens``,
 block size, KV tokens) and the host's cores, which the profile takes over: the profile
-describes the machine that was measured, whatever ``--base`` said.
+describes the machine that was measured, whatever ``--base`` said. Steps that overlapped a busy
+preprocessing worker were slower than the model: the slowdown per busy worker (``κ``) goes into
+``host.step_slowdown_per_busy_worker``; the median hand-off from the end of preprocessing to the
+engine into ``llm.handoff_s``.
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ from typing import Any
 import numpy as np
 
 from edgeserve.records import EngineStep, Outcome, RequestRecord, TraceHeader, read_trace
+from sim.workload import decoded_pixels
 
 MIN_SAMPLES = 5
 
@@ -88,6 +97,8 @@ class Calibration:
     contention: float = 0.0  # engine slowdown per busy preprocessing worker (κ)
     contention_n: int = 0
     step_gap_s: float = 0.0  # median idle time between back-to-back engine steps
+    handoff_s: float = 0.0  # median time from the end of preprocessing to the engine
+    handoff_n: int = 0
     admission: dict[str, int] = field(default_factory=dict)
 
 
@@ -205,6 +216,14 @@ class _Concurrency:
         return (self._integral(1, b) - self._integral(1, a)) / den if den > 0 else math.nan
 
 
+def decoded(r: RequestRecord) -> int:
+    """Pixels the runtime decoded for a record: as recorded, or (older traces) by the runtime's
+    JPEG downscale rule from the source and target sizes."""
+    if r.decoded_pixels > 0:
+        return r.decoded_pixels
+    return decoded_pixels(r.source_width, r.source_height, r.target_width, r.target_height)
+
+
 def calibrate(records: Iterable[RequestRecord]) -> Calibration:
     """Fit every stage that the records have enough data for."""
     recs = [r for r in records if r.outcome is Outcome.OK and r.uplink_end_s is None]
@@ -215,11 +234,11 @@ def calibrate(records: Iterable[RequestRecord]) -> Calibration:
     cpu = [r for r in recs if r.preproc_start_s is not None and r.decode_end_s is not None
            and r.resize_end_s is not None and r.normalize_end_s is not None]
     _stage(cal, "image_decode",
-           [(r.decode_end_s - r.preproc_start_s, src(r)) for r in cpu],  # type: ignore[operator]
-           ["source_pixels"])
+           [(r.decode_end_s - r.preproc_start_s, src(r), decoded(r))  # type: ignore[operator]
+            for r in cpu], ["source_pixels", "decoded_pixels"])
     _stage(cal, "resize",
-           [(r.resize_end_s - r.decode_end_s, src(r), tgt(r)) for r in cpu],  # type: ignore[operator]
-           ["source_pixels", "target_pixels"])
+           [(r.resize_end_s - r.decode_end_s, decoded(r), tgt(r))  # type: ignore[operator]
+            for r in cpu], ["decoded_pixels", "target_pixels"])
     _stage(cal, "normalize",
            [(r.normalize_end_s - r.resize_end_s, tgt(r)) for r in cpu],  # type: ignore[operator]
            ["target_pixels"])
@@ -236,6 +255,12 @@ def calibrate(records: Iterable[RequestRecord]) -> Calibration:
     if enc:
         _stage(cal, "encode", [(r.encode_end_s - r.normalize_end_s, r.image_tokens)  # type: ignore[operator]
                                for r in enc], ["image_tokens"])
+    # hand-off: preprocessing done (the worker's last stamp) → the engine holds the request
+    hand = [float(r.engine_queued_s) - float(r.encode_end_s or r.normalize_end_s)  # type: ignore[arg-type]
+            for r in cpu if r.engine_queued_s is not None]
+    hand = [h for h in hand if h >= 0.0]
+    if len(hand) >= MIN_SAMPLES:
+        cal.handoff_s, cal.handoff_n = float(np.median(hand)), len(hand)
     eng = sorted((r for r in recs if r.engine_queued_s is not None and r.first_token_s is not None
                   and r.last_token_s is not None), key=lambda r: r.engine_queued_s)  # type: ignore[arg-type, return-value]
     # prefill: the engine held nobody else from this request's queueing to its first token
@@ -432,13 +457,16 @@ def to_profile(cal: Calibration, base: dict[str, Any] | None, name: str,
             llm["max_batch"] = int(e["max_num_seqs"])
         if e.get("kv_cache_tokens"):
             llm["kv_capacity_tokens"] = int(e["kv_cache_tokens"])
+        if cal.handoff_n:
+            llm["handoff_s"] = float(f"{cal.handoff_s:.6g}")
         prof["llm"] = llm
     if cal.admission:
         prof["admission"] = dict(cal.admission)
     if cal.step is not None and cal.host_cores and cal.engine.get("platform") == "cpu":
         # the engine and the preprocessing workers share the host's cores (a CPU-only runtime)
         prof["host"] = {"cores": cal.host_cores,
-                        "engine_threads": cal.engine_threads or cal.host_cores}
+                        "engine_threads": cal.engine_threads or cal.host_cores,
+                        "step_slowdown_per_busy_worker": round(cal.contention, 4)}
     notes = [f"{s}: fitted on {f.n} requests, R² = {f.r2:.3f}" + (f" ({f.note})" if f.note else "")
              for s, f in cal.fits.items()]
     if cal.step is not None:
@@ -468,6 +496,8 @@ def format_fits(cal: Calibration) -> str:
             lines.append(f"  {'contention':13s} steps {cal.contention:+.1%} per busy worker "
                          f"(n {cal.contention_n}, {cal.host_cores} cores, engine on "
                          f"{cal.engine_threads})")
+    if cal.handoff_n:
+        lines.append(f"  {'handoff':13s} {cal.handoff_s * 1000:8.3f} ms   median of {cal.handoff_n}")
     for s, why in cal.skipped.items():
         lines.append(f"  {s:13s} not fitted: {why}")
     return "\n".join(lines)

@@ -129,6 +129,7 @@ class Device:
         # the event callbacks, bound once (binding at every push allocates a method object)
         self._cpu_done_cb: Callable[[Any], None] = self._cpu_done
         self._enc_done_cb: Callable[[Any], None] = self._enc_done
+        self._submit_cb: Callable[[Any], None] = self._submit
         self._downlinked_cb: Callable[[Any], None] = self._downlinked
         self._outcome_ok = Outcome.OK
         llm = profile.llm
@@ -150,6 +151,8 @@ class Device:
         self.shared = host is not None
         self.host_cores = host.cores if host is not None else 0
         self.engine_threads = host.engine_threads if host is not None else 0
+        self.step_kappa = host.step_slowdown_per_busy_worker if host is not None else 0.0
+        self.handoff_s = llm.handoff_s
         llm_busy = functools.partial(self._busy_delta, self._llm_u)
         self.engine: Engine
         if llm.step is not None:  # vLLM V1 steps; the encoder runs in them unless it has a stage
@@ -497,9 +500,13 @@ class Device:
 
     def _step_stretch(self) -> float:
         """How much longer an engine step starting now takes for sharing the host's cores with
-        the busy preprocessing workers: ``max(1, (engine_threads + busy workers) / cores)``."""
-        demand = self.engine_threads + self.cores - len(self._free_cores)
-        return demand / self.host_cores if demand > self.host_cores else 1.0
+        the ``b`` busy preprocessing workers: the larger of ``(engine_threads + b) / cores`` and
+        the measured ``1 + κ·b``, and at least 1."""
+        busy = self.cores - len(self._free_cores)
+        demand = self.engine_threads + busy
+        share = demand / self.host_cores if demand > self.host_cores else 1.0
+        measured = 1.0 + self.step_kappa * busy
+        return measured if measured > share else share
 
     def _start_cpu(self, job: Job, newly_busy: bool = True) -> None:
         now = self.loop.now
@@ -540,7 +547,7 @@ class Device:
                 self.enc_queue.append(job)
         else:
             job.rec.preproc_end_s = self.loop.now
-            (job.engine or self.engine).submit(job)
+            self._hand_off(job)
 
     def _start_enc(self, job: Job, newly_busy: bool = True) -> None:
         enc = self.encode
@@ -564,6 +571,17 @@ class Device:
         now = self.loop.now
         job.rec.encode_end_s = now
         job.rec.preproc_end_s = now
+        self._hand_off(job)
+
+    def _hand_off(self, job: Job) -> None:
+        """Preprocessed: to the engine, after the runtime's hand-off delay (``llm.handoff_s``)."""
+        if self.handoff_s > 0.0:
+            self.loop.at(self.loop.now + self.handoff_s, self._submit_cb, job)
+        else:
+            (job.engine or self.engine).submit(job)
+
+    def _submit(self, arg: Any) -> None:
+        job: Job = arg
         (job.engine or self.engine).submit(job)
 
     def _llm_busy(self, delta: int) -> None:

@@ -17,6 +17,7 @@ class Job:
 
     __slots__ = (
         "cached_tokens",
+        "decoded_pixels",
         "device",
         "engine",
         "image_tokens",
@@ -38,6 +39,7 @@ class Job:
         prompt_tokens: int,
         output_tokens: int,
         cached_tokens: int = 0,
+        decoded_pixels: int = -1,
     ) -> None:
         self.rec = rec
         self.device = device
@@ -47,6 +49,9 @@ class Job:
         self.prompt_tokens = prompt_tokens
         self.output_tokens = output_tokens
         self.cached_tokens = cached_tokens  # prompt tokens found in the engine's prefix cache
+        # pixels the decoder produces (fewer than source_pixels for a JPEG decoded at reduced
+        # scale in the DCT domain); -1: the same as source_pixels
+        self.decoded_pixels = source_pixels if decoded_pixels < 0 else decoded_pixels
         self.tag = 0.0  # engine-private bookkeeping (the nominal prefill seconds)
         self.engine: Any = (
             None  # a device's alternative engine (model downgrade); None: the main one

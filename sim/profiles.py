@@ -17,11 +17,12 @@ from sim.schema import fraction, non_negative, positive, require
 
 #: Request features a service-time model may depend on (linear coefficients in ``per``).
 FEATURES = (
-    "source_pixels",  # decoded image pixels (width × height of the original)
+    "source_pixels",  # image pixels of the original (width × height)
     "target_pixels",  # pixels after smart_resize
     "image_tokens",  # vision tokens after the 2×2 merge
     "prompt_tokens",  # whole prompt, image tokens included
     "output_tokens",
+    "decoded_pixels",  # pixels the decoder produces (JPEG: 1/2…1/8 scale in the DCT domain)
     "batch",  # decode step: requests in the running batch
     "context_tokens",  # decode step: KV tokens of the whole batch
 )
@@ -229,10 +230,14 @@ class LocalLlmConfig:
     kv_capacity_tokens: int = 8192
     max_batch: int = 8
     step: StepTimeModel | None = None
+    # from the end of preprocessing until the engine holds the request: the shared-memory
+    # hand-off, the frontend's prompt building and vLLM's input processing (a fixed delay)
+    handoff_s: float = 0.0
 
     def __post_init__(self) -> None:
         positive(self.kv_capacity_tokens, "kv_capacity_tokens")
         positive(self.max_batch, "max_batch")
+        non_negative(self.handoff_s, "handoff_s")
         if self.step is not None:
             require(self.kv_capacity_tokens >= self.step.block_size_tokens, "kv_capacity_tokens",
                     f"must hold at least one KV block ({self.step.block_size_tokens} tokens), "
@@ -251,10 +256,15 @@ class HostConfig:
 
     cores: int  # cores shared by the preprocessing workers and the engine
     engine_threads: int  # threads one engine step keeps busy
+    # measured: an engine step started while ``b`` workers are busy takes at least
+    # ``1 + step_slowdown_per_busy_worker · b`` times its model (caches, memory bandwidth and
+    # OS scheduling cost more than the cores' share alone says; ``edgeserve calibrate`` fits it)
+    step_slowdown_per_busy_worker: float = 0.0
 
     def __post_init__(self) -> None:
         positive(self.cores, "cores")
         positive(self.engine_threads, "engine_threads")
+        non_negative(self.step_slowdown_per_busy_worker, "step_slowdown_per_busy_worker")
 
 
 @dataclass(slots=True, frozen=True)

@@ -40,6 +40,7 @@ class HasFeatures(Protocol):
     image_tokens: int
     prompt_tokens: int
     output_tokens: int
+    decoded_pixels: int
 
 
 class Draws:
@@ -87,7 +88,7 @@ def _terms(*cfgs: ServiceModelConfig) -> tuple[float, list[int], list[float]]:
     coef: dict[str, float] = {}
     for cfg in cfgs:
         for f, c in cfg.per.items():
-            if f in FEATURES[:5] and c != 0.0:
+            if f in FEATURES[:6] and c != 0.0:
                 coef[f] = coef.get(f, 0.0) + c
     base = float(sum(cfg.base_s for cfg in cfgs))
     return base, [FEATURES.index(f) for f in coef], list(coef.values())
@@ -120,8 +121,10 @@ class Linear:
                 m += coef[i] * job.image_tokens
             elif k == 3:
                 m += coef[i] * job.prompt_tokens
-            else:
+            elif k == 4:
                 m += coef[i] * job.output_tokens
+            else:
+                m += coef[i] * job.decoded_pixels
         return m
 
     def __call__(self, job: Job) -> float:

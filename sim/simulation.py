@@ -36,6 +36,7 @@ from edgeserve.records import (
 from sim.cloud import CloudServer
 from sim.config import PolicyConfig, Scenario
 from sim.device import Device
+from sim.fleet import instances
 from sim.job import Job
 from sim.loop import EventLoop
 from sim.policies import Placement, Policy, make_policy
@@ -74,7 +75,8 @@ class Simulation:
         self.seed = scenario.seed if seed is None else seed
         self.policy = make_policy(policy if policy is not None else scenario.policy)
         self.loop = EventLoop()
-        self._stats = StatsCollector(scenario.slo.e2e_s, scenario.slo.ttft_s)
+        self._stats = StatsCollector(scenario.slo.e2e_s, scenario.slo.ttft_s,
+                                     scenario.per_device_detail)
         self._recent: deque[RequestRecord] = deque(maxlen=recent_size)
         self._pending: list[RequestRecord] = []  # finished, not yet folded into stats and recent
         self._record_sinks: list[RecordSink] = []
@@ -92,13 +94,12 @@ class Simulation:
         self._sources: list[_Source] = []
         for entry in scenario.devices:
             cloud = self.clouds[entry.cloud] if entry.cloud is not None else default_cloud
-            for i in range(entry.count):
-                name = entry.name if entry.count == 1 else f"{entry.name}-{i}"
-                dev = Device(self.loop, name, entry.profile, entry.link, cloud, seed_s,
-                             self._finished)
+            for name, profile, workload, link in instances(entry, seed_s):  # count, jitter
+                dev = Device(self.loop, name, profile, link, cloud, seed_s, self._finished)
                 self.devices.append(dev)
-                src = _Source(dev, arrivals(entry.workload, random.Random(f"{seed_s}:workload:{name}")),
-                              ImageGeometry(entry.workload.image))
+                self._stats.register(name, entry.name)
+                src = _Source(dev, arrivals(workload, random.Random(f"{seed_s}:workload:{name}")),
+                              ImageGeometry(workload.image))
                 self._sources.append(src)
         if trace_path is not None:
             self.writer = TraceWriter(trace_path, TraceHeader(
@@ -262,14 +263,15 @@ class Simulation:
         self._area_t = t
         self.in_system = in_system + 1
         geo = src.cache.get((w, h))
-        th, tw, itok = cast("tuple[Any, Any, Any]", geo if geo is not None else src.geom.target(w, h))
+        th, tw, itok, dec = cast("tuple[Any, Any, Any, Any]",
+                                 geo if geo is not None else src.geom.target(w, h))
         prompt = text + itok
         rec = RequestRecord(
             id=f"{dev.name}-{n}", device=dev.name, arrived_s=t, image_bytes=b,
             num_images=1 if w else 0, source_width=w, source_height=h, target_width=tw,
             target_height=th, image_tokens=itok, prompt_tokens=prompt, output_tokens=out,
             max_tokens=out, deadline_s=deadline)
-        job = Job(rec, dev, w * h, tw * th, itok, prompt, out)
+        job = Job(rec, dev, w * h, tw * th, itok, prompt, out, 0, dec)
         # the next arrival is drawn before the decision, so policies cannot shift arrivals
         if arrived >= self.max_requests:
             self._stop_sources()
@@ -323,12 +325,12 @@ class Simulation:
         rec = job.rec
         w = max(1, int(rec.source_width * scale))
         h = max(1, int(rec.source_height * scale))
-        th, tw, itok = geom.target(w, h)
+        th, tw, itok, dec = geom.target(w, h)
         rec.source_width, rec.source_height = w, h
         rec.image_bytes = int(rec.image_bytes * scale * scale)
         rec.target_width, rec.target_height, rec.image_tokens = tw, th, itok
         rec.prompt_tokens = text + itok
-        job.source_pixels, job.target_pixels = w * h, tw * th
+        job.source_pixels, job.target_pixels, job.decoded_pixels = w * h, tw * th, dec
         job.image_tokens, job.prompt_tokens = itok, text + itok
 
     # ---- departures and samples -----------------------------------------------------------

@@ -48,23 +48,44 @@ def smart_resize(height: int, width: int, factor: int = 28, min_pixels: int = 56
     return h_bar, w_bar
 
 
+#: The runtime's JPEG DCT-domain downscale rule (``mm_preproc.decode.draft_scale``; a test keeps
+#: the two equal): decode at 1/s when the result is still this many times the target per side.
+DRAFT_MIN_RATIO = {8: 2.0, 4: 2.0, 2: 1.5}
+
+
+def decoded_pixels(width: int, height: int, target_w: int, target_h: int) -> int:
+    """Pixels the runtime's decoder produces for a JPEG of this size and resize target.
+
+    ``mm_preproc`` asks libjpeg for 1/2, 1/4 or 1/8 scale when the smaller image is still at
+    least ``DRAFT_MIN_RATIO`` times the target on each side, so a 12 MP photo bound for a 1 MP
+    target decodes only 3 MP — and the decode and resize stages cost what is decoded.
+    """
+    if target_w <= 0 or target_h <= 0:
+        return width * height
+    for s, ratio in DRAFT_MIN_RATIO.items():
+        if min(width / s / target_w, height / s / target_h) >= ratio:
+            return -(-width // s) * -(-height // s)  # libjpeg rounds the scaled sides up
+    return width * height
+
+
 class ImageGeometry:
-    """Cached ``(target_h, target_w, image_tokens)`` for source sizes under one image config."""
+    """Cached ``(target_h, target_w, image_tokens, decoded_pixels)`` for source sizes under one
+    image config (images are JPEG photographs: see :func:`decoded_pixels`)."""
 
     def __init__(self, cfg: ImageConfig) -> None:
         self.cfg = cfg
-        self.cache: dict[tuple[int, int], tuple[int, int, int]] = {}
+        self.cache: dict[tuple[int, int], tuple[int, int, int, int]] = {}
 
-    def target(self, width: int, height: int) -> tuple[int, int, int]:
+    def target(self, width: int, height: int) -> tuple[int, int, int, int]:
         key = (width, height)
         hit = self.cache.get(key)
         if hit is None:
             if width <= 0 or height <= 0:  # a text-only request
-                self.cache[key] = (0, 0, 0)
-                return (0, 0, 0)
+                self.cache[key] = (0, 0, 0, 0)
+                return (0, 0, 0, 0)
             c = self.cfg
             th, tw = smart_resize(height, width, c.factor, c.min_pixels, c.max_pixels)
-            hit = (th, tw, th * tw // c.pixels_per_token)
+            hit = (th, tw, th * tw // c.pixels_per_token, decoded_pixels(width, height, tw, th))
             self.cache[key] = hit
         return hit
 

@@ -126,6 +126,7 @@ def _process(
         source_width=r.source_width, source_height=r.source_height, target_width=tw,
         target_height=th, content_hash=digest, start_s=start, decode_end_s=decode_end,
         resize_end_s=min(resize_end, end), normalize_end_s=end,
+        decoded_pixels=t.pixels_decoded,
     )
 
 
@@ -166,6 +167,7 @@ def _process_and_encode(
         target_height=th, content_hash=content_hash(data, th, tw, "image_embeds"),
         start_s=start, decode_end_s=decode_end, resize_end_s=min(resize_end, normalize_end),
         normalize_end_s=normalize_end, grid_thw=grid, encode_end_s=end,
+        decoded_pixels=t.pixels_decoded,
     )
 
 

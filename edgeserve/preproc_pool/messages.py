@@ -75,6 +75,9 @@ class JobResult(msgspec.Struct, array_like=True, tag="result"):
     # with an encoder: the output is image_embeds (tokens, hidden) float32 for this patch grid
     grid_thw: tuple[int, ...] = ()
     encode_end_s: float = 0.0
+    # pixels the decoder produced: fewer than source_width × source_height for a JPEG decoded at
+    # 1/2…1/8 scale in the DCT domain (what the decode and resize stages' cost follows)
+    decoded_pixels: int = 0
 
 
 class Encoding(msgspec.Struct, array_like=True, tag="encoding"):

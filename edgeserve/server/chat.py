@@ -141,6 +141,7 @@ async def _preprocess(ctx: ServerContext, urls: list[str], rec: RequestRecord) -
     if first.grid_thw:  # the vision encoder ran after patchify
         rec.encode_end_s = max(d.result.encode_end_s for d in done)
     rec.source_width, rec.source_height = first.source_width, first.source_height
+    rec.decoded_pixels = first.decoded_pixels
     rec.target_width, rec.target_height = first.target_width, first.target_height
     spec = ctx.config.preproc_spec  # one token per factor × factor pixels (28 or 32)
     rec.image_tokens = sum(spec.tokens(d.result.target_height, d.result.target_width)

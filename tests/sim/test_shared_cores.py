@@ -153,3 +153,27 @@ def test_a_host_section_loads_onto_a_step_engine_profile() -> None:
     prof = build(DeviceProfile, server_profile(host={"cores": 2, "engine_threads": 2}),
                  "profile server")
     assert prof.host is not None and (prof.host.cores, prof.host.engine_threads) == (2, 2)
+
+
+def test_a_measured_slowdown_per_busy_worker_stretches_steps_beyond_the_cores_share() -> None:
+    # 4 cores would leave every step at 0.5 s, but the trace measured steps 2.2× as long while a
+    # worker was busy (κ = 1.2): the step starting at 1.5, during b's job (1.25–2.25), takes
+    # 1.1 s; the next one, at 2.6, holds a's third token and b's prefill at 0.5 s again
+    s = Server(server_profile(host={"cores": 4, "engine_threads": 1,
+                                    "step_slowdown_per_busy_worker": 1.2}))
+    s.send("a", 0.0, output_tokens=4)
+    s.send("b", 1.25, output_tokens=2)
+    assert s.run() == [("a", 0.0, 1.0, 1.5, pytest.approx(3.6)),
+                       ("b", 1.25, 2.25, pytest.approx(3.1), pytest.approx(3.6))]
+    assert s.steps == pytest.approx([(1.0, 0.5), (1.5, 1.1), (2.6, 0.5), (3.1, 0.5)])
+
+
+def test_the_hand_off_delays_the_engine_not_the_worker() -> None:
+    # llm.handoff_s = 0.25: a's job ends at 1.0, the engine holds it at 1.25
+    prof = server_profile()
+    prof["llm"]["handoff_s"] = 0.25
+    s = Server(prof)
+    s.send("a", 0.0, output_tokens=2)
+    s.send("b", 1.0, output_tokens=1)
+    assert s.run() == [("a", 0.0, 1.0, 1.75, 2.25), ("b", 1.0, 2.0, 2.75, 2.75)]
+    assert s.steps[0] == (1.25, 0.5)

@@ -69,3 +69,23 @@ def test_replay_keeps_recorded_arrivals_and_sizes(tmp_path: Path) -> None:
     got = list(arrivals(cfg, random.Random(0)))
     assert [(a[0], a[1], a[3], a[4], a[5]) for a in got] == [
         (0.0, 801, 1001, 100, 21), (3.0, 802, 1002, 100, 22), (10.0, 800, 1000, 100, 20)]
+
+
+@pytest.mark.parametrize(("width", "height"), [
+    (640, 480), (1280, 720), (2400, 1800), (3600, 2700), (4000, 3000), (6000, 800), (9000, 9000)])
+def test_decoded_pixels_are_what_mm_preproc_decodes(width: int, height: int) -> None:
+    # the simulator's copy of the runtime's JPEG downscale rule, checked against the real decoder
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    import mm_preproc
+    from sim.workload import decoded_pixels
+
+    buf = io.BytesIO()
+    pixels = np.random.default_rng(0).integers(0, 255, (height, width, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(buf, "JPEG", quality=80)
+    r = mm_preproc.preprocess(buf.getvalue(), max_source_pixels=100_000_000)
+    assert decoded_pixels(width, height, r.target_width, r.target_height) == \
+        r.timings.pixels_decoded
