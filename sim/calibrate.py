@@ -35,6 +35,7 @@ per vLLM step. Those fit the step engine's time model directly — no queueing t
 step's duration is its own:
 
     step_s ≈ base_s + a·prefill_tokens + b·decode_tokens + c·context_tokens + d·encoder_tokens
+             + e·encoder_tokens²
 
 (``context_tokens`` = the KV held after the step, ``kv_cache_usage × kv_cache_tokens`` of the
 header). The header also gives the engine's limits (``max_num_seqs``, ``max_num_batched_tokens``,
@@ -102,13 +103,21 @@ class Calibration:
     admission: dict[str, int] = field(default_factory=dict)
 
 
-STEP_FEATURES = ["prefill_tokens", "decode_tokens", "context_tokens", "encoder_tokens"]
+STEP_FEATURES = ["prefill_tokens", "decode_tokens", "context_tokens", "encoder_tokens",
+                 "encoder_tokens_sq"]
+
+
+def step_features(s: EngineStep, kv_cache_tokens: int) -> tuple[float, ...]:
+    """A step's features in :data:`STEP_FEATURES` order. vLLM reports the step's encoder tokens
+    as one sum; its square stands for the per-image sum of squares (exact with one image per
+    step, which the encoder budget of 2048 tokens makes the rule for large images)."""
+    return (s.prefill_tokens, s.decode_tokens, s.kv_cache_usage * kv_cache_tokens,
+            s.encoder_tokens, float(s.encoder_tokens) ** 2)
 
 
 def fit_steps(steps: Iterable[EngineStep], kv_cache_tokens: int = 0) -> StageFit | None:
     """The step-time model from per-step records (``None`` with fewer than MIN_SAMPLES steps)."""
-    rows = [(s.duration_s, s.prefill_tokens, s.decode_tokens,
-             s.kv_cache_usage * kv_cache_tokens, s.encoder_tokens)
+    rows = [(s.duration_s, *step_features(s, kv_cache_tokens))
             for s in steps if s.duration_s > 0]
     if len(rows) < MIN_SAMPLES:
         return None
@@ -349,9 +358,8 @@ def contention(steps: list[EngineStep], fit: StageFit, kv_cache_tokens: int,
         busy = sum(iv.fraction(a, s.t_s) for iv in workers.values())
         if busy < 0.05 or s.duration_s <= 0:
             continue
-        pred = fit.base_s + sum(fit.per.get(k, 0.0) * v for k, v in zip(STEP_FEATURES, (
-            s.prefill_tokens, s.decode_tokens, s.kv_cache_usage * kv_cache_tokens,
-            s.encoder_tokens), strict=True))
+        pred = fit.base_s + sum(fit.per.get(k, 0.0) * v for k, v in zip(
+            STEP_FEATURES, step_features(s, kv_cache_tokens), strict=True))
         if pred > 0:
             xs.append(busy)
             ys.append(s.duration_s / pred - 1.0)

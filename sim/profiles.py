@@ -182,6 +182,7 @@ STEP_FEATURES = (
     "decode_tokens",  # requests past their prefill: one token each
     "context_tokens",  # KV tokens the step's requests hold after it (what attention reads)
     "encoder_tokens",  # image tokens encoded inside the step (no separate encoder unit)
+    "encoder_tokens_sq",  # Σ image tokens² of those images (attention over each image)
 )
 
 

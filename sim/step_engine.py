@@ -24,6 +24,7 @@ it rides in longer. A step takes, at clock scale 1::
 
     step_s = base_s + per[prefill_tokens]·prefill_tokens + per[decode_tokens]·decode_tokens
            + per[context_tokens]·context_tokens + per[encoder_tokens]·encoder_tokens
+           + per[encoder_tokens_sq]·encoder_tokens_sq
 
 - ``prefill_tokens``: prompt tokens computed in the step (a prefix-cache hit of
   ``job.cached_tokens`` is not computed: the prefill starts there; at least one prompt token is
@@ -34,6 +35,8 @@ it rides in longer. A step takes, at clock scale 1::
 - ``encoder_tokens``: image tokens of requests whose first chunk is in the step, when the vision
   encoder runs inside the engine step (``encoder_in_step``: a device without its own ``encode``
   stage, a cloud GPU); a device that encodes on its own unit submits encoded requests.
+- ``encoder_tokens_sq``: the sum over those images of their image tokens squared — the vision
+  tower attends over each image's patches, so a large image costs more than linearly.
 
 The step time is stretched by the DVFS ``clock_scale`` in force when the step starts (a step in
 progress keeps its end), by ``stretch()`` when the owner sets it (a device whose engine shares
@@ -97,6 +100,7 @@ class StepEngine(Engine):
         "_c_context",
         "_c_decode",
         "_c_encoder",
+        "_c_encoder_sq",
         "_c_prefill",
         "_ctx_decoding",
         "_kick_cb",
@@ -109,9 +113,11 @@ class StepEngine(Engine):
         "_step_cb",
         "_step_decode",
         "_waiting_images",
+        "_waiting_images_sq",
         "_waiting_tokens",
         "budget",
         "decoding",
+        "encoder_budget",
         "encoder_in_step",
         "on_step",
         "prefills",
@@ -127,6 +133,9 @@ class StepEngine(Engine):
         Engine.__init__(self, loop, name, kv_capacity_tokens, model.max_num_seqs, on_done,
                         on_busy)
         self.budget = model.max_num_batched_tokens
+        # vLLM's encoder budget per step (max_num_encoder_input_tokens = the token budget): a
+        # request whose image does not fit after the step's other images waits for the next step
+        self.encoder_budget = model.max_num_batched_tokens
         self._block = b = model.block_size_tokens
         self._kv_cap = kv_capacity_tokens // b * b  # whole blocks only
         per = model.per
@@ -135,6 +144,7 @@ class StepEngine(Engine):
         self._c_decode = per.get("decode_tokens", 0.0)
         self._c_context = per.get("context_tokens", 0.0)
         self._c_encoder = per.get("encoder_tokens", 0.0)
+        self._c_encoder_sq = per.get("encoder_tokens_sq", 0.0)
         self._noisy = model.cv > 0
         self._noise = ServiceTime(ServiceModelConfig(kind=ServiceKind.LOGNORMAL, cv=model.cv),
                                   draws if draws is not None else Draws(f"{name}:step"))
@@ -149,6 +159,7 @@ class StepEngine(Engine):
         self._step_decode = 0  # decode tokens of the running step
         self._waiting_tokens = 0  # prompt tokens the waiting requests still have to compute
         self._waiting_images = 0  # their image tokens
+        self._waiting_images_sq = 0  # Σ of their image tokens squared
         self._seq = 0
         self.steps = 0  # steps run (the running one included)
         self.stepping = False  # a step is running or about to start (else the engine is idle)
@@ -188,7 +199,8 @@ class StepEngine(Engine):
         t = n_prefill * (self._base + self._c_decode * decoders + self._c_context * ctx) \
             + self._c_prefill * tokens
         if self.encoder_in_step:
-            t += self._c_encoder * (self._waiting_images + job.image_tokens)
+            t += self._c_encoder * (self._waiting_images + job.image_tokens) + self._c_encoder_sq \
+                * (self._waiting_images_sq + job.image_tokens * job.image_tokens)
         b = len(self.decoding) + len(self.prefills) + len(self.waiting) + 1
         if b > self.max_batch:
             b = self.max_batch
@@ -219,6 +231,7 @@ class StepEngine(Engine):
         self.waiting.append(job)
         self._waiting_tokens += job.prompt_tokens - first_computed(job)
         self._waiting_images += job.image_tokens
+        self._waiting_images_sq += job.image_tokens * job.image_tokens
         if not self.stepping:  # else the scheduler sees it when the running step ends
             # an idle engine schedules at the end of this instant, as vLLM drains its input queue
             # before scheduling: requests submitted at the same time share the first step
@@ -242,6 +255,7 @@ class StepEngine(Engine):
         prefills = self.prefills
         prefill = 0
         enc = 0
+        enc_sq = 0
         job = self._partial
         if job is not None:  # the prompt chunked over the previous steps goes on first
             done = self._partial_done
@@ -264,12 +278,15 @@ class StepEngine(Engine):
             need = (p + job.output_tokens + b - 1) // b * b
             if self.kv_used + need > self._kv_cap:
                 break  # FCFS: the head waits for blocks, and everyone behind it
+            if self.encoder_in_step and enc and enc + job.image_tokens > self.encoder_budget:
+                break  # its image waits for the next step's encoder budget
             waiting.popleft()
             self.kv_used += need
             start = first_computed(job)
             chunk = p - start
             self._waiting_tokens -= chunk
             self._waiting_images -= job.image_tokens
+            self._waiting_images_sq -= job.image_tokens * job.image_tokens
             if chunk > budget:
                 chunk = budget
                 self._partial = job
@@ -279,6 +296,7 @@ class StepEngine(Engine):
             budget -= chunk
             if self.encoder_in_step:
                 enc += job.image_tokens
+                enc_sq += job.image_tokens * job.image_tokens
             prefills.append(job)
         if not prefills and not n_dec:
             self.stepping = False
@@ -288,7 +306,8 @@ class StepEngine(Engine):
                     self.on_busy(-1)
             return
         d = (self._base + self._c_prefill * prefill + self._c_decode * n_dec
-             + self._c_context * ctx + self._c_encoder * enc) * self.clock_scale
+             + self._c_context * ctx + self._c_encoder * enc + self._c_encoder_sq * enc_sq) \
+            * self.clock_scale
         if self.stretch is not None:
             d *= self.stretch()
         if self._noisy:

@@ -16,7 +16,7 @@ from edgeserve.records import EngineStep, Outcome, RequestRecord, TraceHeader, T
 from sim.calibrate import calibrate_traces, fit_steps, read_traces, to_profile
 
 TRUE = {"base_s": 0.004, "prefill_tokens": 2.0e-5, "decode_tokens": 3.0e-4,
-        "context_tokens": 1.0e-7, "encoder_tokens": 2.5e-4}
+        "context_tokens": 1.0e-7, "encoder_tokens": 1.0e-4, "encoder_tokens_sq": 6.0e-8}
 KV_TOKENS = 65536
 
 
@@ -30,7 +30,8 @@ def step_log(n: int, noise_cv: float, seed: int = 0) -> list[EngineStep]:
         enc = int(rng.choice([0, 0, 0, rng.integers(64, 1281)])) if prefill else 0
         usage = float(rng.uniform(0.0, 0.5))
         mean = (TRUE["base_s"] + TRUE["prefill_tokens"] * prefill + TRUE["decode_tokens"] * decode
-                + TRUE["context_tokens"] * usage * KV_TOKENS + TRUE["encoder_tokens"] * enc)
+                + TRUE["context_tokens"] * usage * KV_TOKENS + TRUE["encoder_tokens"] * enc
+                + TRUE["encoder_tokens_sq"] * enc * enc)
         d = mean * (rng.lognormal(-noise_cv**2 / 2, noise_cv) if noise_cv else 1.0)
         t += d
         steps.append(EngineStep(t_s=t, duration_s=d, prefill_tokens=prefill,
@@ -44,7 +45,8 @@ def test_exact_steps_give_back_the_coefficients() -> None:
     fit = fit_steps(step_log(400, 0.0), KV_TOKENS)
     assert fit is not None
     assert fit.base_s == pytest.approx(TRUE["base_s"], rel=1e-6)
-    for k in ("prefill_tokens", "decode_tokens", "context_tokens", "encoder_tokens"):
+    for k in ("prefill_tokens", "decode_tokens", "context_tokens", "encoder_tokens",
+              "encoder_tokens_sq"):
         assert fit.per[k] == pytest.approx(TRUE[k], rel=1e-6)
     assert fit.r2 == pytest.approx(1.0) and fit.cv < 1e-9
 
@@ -54,7 +56,7 @@ def test_noisy_steps_give_the_coefficients_within_ten_percent_and_the_noise() ->
     # so the small per-decode-token term is the least certain (unweighted least squares)
     fit = fit_steps(step_log(5000, 0.1, seed=1), KV_TOKENS)
     assert fit is not None
-    for k in ("prefill_tokens", "decode_tokens", "encoder_tokens"):
+    for k in ("prefill_tokens", "decode_tokens", "encoder_tokens_sq"):
         assert fit.per[k] == pytest.approx(TRUE[k], rel=0.1)
     assert fit.base_s == pytest.approx(TRUE["base_s"], rel=0.1)
     assert fit.cv == pytest.approx(0.1, rel=0.15)

@@ -158,6 +158,25 @@ def test_encoder_tokens_are_charged_in_the_step_of_the_first_chunk(
     assert [s[5] for s in r.steps] == encoder
 
 
+def test_the_vision_tower_costs_the_square_of_an_images_tokens_too() -> None:
+    # 1 µs per image token squared: a 400-token image adds 0.16 s to its step, a 800-token one
+    # 0.64 s (4×, not 2×): 0.1 + 0.5 + 0.16 = 0.76 and 0.1 + 0.9 + 0.64 = 1.64
+    per = {**PER, "encoder_tokens_sq": 1e-6}
+    r = Run([job("a", 0.0, 500, 1, image=400), job("b", 5.0, 900, 1, image=800)],
+            model(per=per), encoder_in_step=True).run()
+    assert r.log == [("a", 0.0, 0.76, 0.76), ("b", 5.0, 6.64, 6.64)]
+
+
+def test_an_image_beyond_the_steps_encoder_budget_waits_for_the_next_step() -> None:
+    # encoder budget = token budget (1000, as vLLM's max_num_encoder_input_tokens): a's 600-token
+    # image fills it enough that b's 600 waits, though b's 100 prompt tokens would fit; b is
+    # prefilled in the next step, beside a's decode token
+    r = Run([job("a", 0.0, 200, 2, image=600), job("b", 0.0, 100, 1, image=600)],
+            encoder_in_step=True).run()
+    assert [s[2:4] + s[5:] for s in r.steps] == [(200, 0, 600), (100, 1, 600)]
+    assert r.log == [("a", 0.0, 0.3, 0.51), ("b", 0.0, 0.51, 0.51)]
+
+
 def test_a_clock_change_stretches_the_steps_started_after_it() -> None:
     # steps of 0.2 (prefill), then 0.11 each; at 0.25 the clock slows to scale 2: the running
     # step keeps its end (0.31), the two after it take 0.22 s.
