@@ -68,7 +68,7 @@ def main() -> int:
     p.add_argument("--probe-concurrency", type=int, default=8)
     # sizes on both sides of the JPEG downscale thresholds (3600x2700 decodes at 1/2), so the
     # decode and resize models can tell source pixels from decoded ones
-    p.add_argument("--calib-mix", default="800x600:1,1mp:1,2400x1800:1,3600x2700:1")
+    p.add_argument("--calib-mix", default="800x600:1,1280x800:1,2400x1800:1,3600x2700:1")
     p.add_argument("--calib-load", type=float, default=0.7)
     p.add_argument("--low-mix", default="640x480:1,1280x720:1")
     p.add_argument("--low-load", type=float, default=0.5)
