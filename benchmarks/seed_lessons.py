@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import socket
 import statistics
 import sys
 from dataclasses import replace
@@ -69,9 +70,9 @@ async def _real(args: argparse.Namespace) -> str:
     from edgeserve.bench.run import RunConfig, run_benchmark
     from edgeserve.bench.sweep import warm_up
     from edgeserve.bench.throughput import direction_warning
-    from tests.edgeserve.serve_process import free_port
-
-    port = free_port()
+    with socket.socket() as sock:  # a free port
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     argv = server_argv(ServerKind.EDGESERVE_SPLIT, MODEL, port)
