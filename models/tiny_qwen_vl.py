@@ -13,6 +13,10 @@ family's real architecture, chat template and preprocessor config:
   tower's ``deepstack_visual_indexes`` blocks are added to the first language-model layers'
   hidden states at the image tokens. Its chat template has no default system prompt, and its
   processor needs a video processor config too.
+* **Qwen3.5** (``Qwen3_5ForConditionalGeneration``): Qwen3-VL's image input and tower without
+  deepstack; a hybrid language model — Gated DeltaNet linear-attention layers (a recurrent state
+  per request, no KV cache) and full-attention layers (here one of each) with partial rotary
+  M-RoPE. It reuses Qwen3-VL's chat template and processor (as transformers maps ``qwen3_5``).
 
 As for the default model, **outputs are meaningless text**; token counts, shapes and the
 pipeline are real: an image of W×H pixels becomes ``(h/f)·(w/f)`` ``<|image_pad|>`` tokens with
@@ -32,7 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mm_preproc.spec import QWEN2_5_VL, QWEN3_VL, Family, PreprocSpec
+from mm_preproc.spec import QWEN2_5_VL, QWEN3_5, QWEN3_VL, Family, PreprocSpec
 from models import tiny_qwen2_vl
 from models.tiny_qwen2_vl import SPECIAL_TOKENS, TinySizes
 
@@ -95,6 +99,10 @@ FAMILIES: dict[Family, TinyFamily] = {
         Family.QWEN3_VL, "Qwen3VLForConditionalGeneration", "Qwen3VLConfig",
         "Qwen3VLForConditionalGeneration", QWEN3_VL.replace(max_pixels=QWEN3_VL.budget(1280)),
         QWEN3_VL_CHAT_TEMPLATE, "Qwen3VLProcessor", "tiny-qwen3-vl"),
+    Family.QWEN3_5: TinyFamily(
+        Family.QWEN3_5, "Qwen3_5ForConditionalGeneration", "Qwen3_5Config",
+        "Qwen3_5ForConditionalGeneration", QWEN3_5.replace(max_pixels=QWEN3_5.budget(1280)),
+        QWEN3_VL_CHAT_TEMPLATE, "Qwen3VLProcessor", "tiny-qwen3.5"),
 }
 
 
@@ -131,9 +139,11 @@ def _vision_config(fam: TinyFamily, sizes: TinySizes) -> dict[str, Any]:
                 "fullatt_block_indexes": [sizes.vision_depth - 1]}
     # Qwen3-VL: learned 2-D position table (8×8, interpolated to any grid); deepstack features
     # of every block into the first language-model layers (real 8B: blocks 8, 16, 24 of 27)
-    return {**common, "hidden_act": "gelu_pytorch_tanh", "num_position_embeddings": 64,
-            "deepstack_visual_indexes": list(range(min(sizes.vision_depth,
-                                                       sizes.num_hidden_layers)))}
+    vision = {**common, "hidden_act": "gelu_pytorch_tanh", "num_position_embeddings": 64}
+    if fam.family is Family.QWEN3_5:  # the same tower without deepstack
+        return vision
+    return {**vision, "deepstack_visual_indexes": list(range(min(sizes.vision_depth,
+                                                                 sizes.num_hidden_layers)))}
 
 
 def _text_config(fam: TinyFamily, sizes: TinySizes, vocab_size: int,
@@ -154,6 +164,20 @@ def _text_config(fam: TinyFamily, sizes: TinySizes, vocab_size: int,
         # explicit head_dim and interleaved M-RoPE, as in the released Qwen3-VL configs
         rope.update(rope_theta=5000000.0, mrope_interleaved=True)
         text["head_dim"] = sizes.head_dim
+    if fam.family is Family.QWEN3_5:
+        # rotary on a quarter of each head (8 of 32 dims: sections sum to 4); one Gated DeltaNet
+        # layer then one full-attention layer (real: three linear per full one)
+        rotary_half = sizes.head_dim // 4 // 2
+        t = max(1, rotary_half // 4)
+        h = (rotary_half - t) // 2
+        rope.update(rope_theta=10000000.0, mrope_interleaved=True, partial_rotary_factor=0.25,
+                    mrope_section=[t, h, rotary_half - t - h])
+        text.update(head_dim=sizes.head_dim,
+                    layer_types=["linear_attention", "full_attention"][:sizes.num_hidden_layers],
+                    # vLLM's CPU Gated DeltaNet kernel takes the real 128-wide heads only
+                    linear_conv_kernel_dim=4, linear_key_head_dim=128, linear_value_head_dim=128,
+                    linear_num_key_heads=sizes.num_key_value_heads,
+                    linear_num_value_heads=sizes.num_attention_heads)
     text["rope_parameters"] = rope
     return text
 
@@ -226,7 +250,7 @@ def build(fam: TinyFamily, out_dir: Path | None = None, sizes: TinySizes | None 
     }
     (tmp / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
     (tmp / "preprocessor_config.json").write_text(json.dumps(_preprocessor(fam), indent=2))
-    if fam.family is Family.QWEN3_VL:  # Qwen3VLProcessor loads a video processor as well
+    if fam.family in (Family.QWEN3_VL, Family.QWEN3_5):  # Qwen3VLProcessor loads a video one
         s = fam.spec
         video = {"video_processor_type": "Qwen3VLVideoProcessor",
                  "processor_class": fam.processor_class, "patch_size": s.patch_size,

@@ -17,11 +17,13 @@ def add_parser(sub: argparse._SubParsersAction, help_: str) -> None:
         description="Build, deterministically and offline, a tiny random-weight model of a Qwen-VL "
         "family (config, tokenizer with the family's chat template and Qwen's special tokens, "
         "preprocessor config, weights): qwen2_vl (the default model, models/tiny-qwen2-vl), "
-        "qwen2_5_vl (window-attention tower, models/tiny-qwen2.5-vl) or qwen3_vl (16-px patches, "
-        "deepstack, models/tiny-qwen3-vl). Its outputs are meaningless text; its token counts "
+        "qwen2_5_vl (window-attention tower, models/tiny-qwen2.5-vl), qwen3_vl (16-px patches, "
+        "deepstack, models/tiny-qwen3-vl) or qwen3_5 (Qwen3-VL's tower, a hybrid Gated DeltaNet + "
+        "attention language model, models/tiny-qwen3.5). Its outputs are meaningless text; its token counts "
         "and pipeline are real. Skips the build when an identical one is already there.",
     )
-    b.add_argument("--family", choices=["qwen2_vl", "qwen2_5_vl", "qwen3_vl"], default="qwen2_vl",
+    b.add_argument("--family", choices=["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5"],
+                   default="qwen2_vl",
                    help="model family (default: qwen2_vl)")
     b.add_argument("--out", type=Path, default=None,
                    help="output folder (default: models/tiny-<family>, e.g. models/tiny-qwen2-vl)")

@@ -1,8 +1,9 @@
-"""The real vLLM engine (AsyncLLM, CPU build) serves the tiny Qwen2.5-VL and Qwen3-VL.
+"""The real vLLM engine (AsyncLLM, CPU build) serves the tiny Qwen2.5-VL, Qwen3-VL and Qwen3.5.
 
 Specification, per family: an image request's prompt is the chat-templated text plus one
 ``<|image_pad|>`` per ``factor × factor`` pixels of the smart-resized image — factor 28 for
-Qwen2.5-VL (14-px patches), 32 for Qwen3-VL (16-px patches), both with a 2×2 merge — for two
+Qwen2.5-VL (14-px patches), 32 for Qwen3-VL and Qwen3.5 (16-px patches), all with a 2×2 merge
+(Qwen3.5's hybrid language model runs on vLLM's CPU Gated DeltaNet kernel) — for two
 image sizes; and with ``ignore_eos`` the engine generates exactly ``max_tokens`` tokens. The
 reference for the resize is qwen-vl-utils' ``smart_resize`` given the factor the model folder's
 own ``preprocessor_config.json`` implies; the template is the tokenizer's own (Qwen3-VL's adds no

@@ -1,4 +1,4 @@
-"""The tiny Qwen2.5-VL and Qwen3-VL builders: deterministic, offline, the family's own numbers.
+"""The tiny Qwen2.5-VL, Qwen3-VL and Qwen3.5 builders: deterministic, offline, the family's own numbers.
 
 A second build into another folder writes the same bytes (weights included); the folder reads
 back as its family's spec (``mm_preproc.read_spec``) with the family's architecture, special
@@ -37,7 +37,7 @@ def test_two_builds_write_the_same_bytes_and_the_familys_numbers(
     assert config["model_type"] == family.value and config["architectures"] == [fam.architecture]
     spec = mm_preproc.read_spec(a)
     assert spec == fam.spec
-    assert spec.factor == {Family.QWEN2_5_VL: 28, Family.QWEN3_VL: 32}[family]
+    assert spec.factor == {Family.QWEN2_5_VL: 28, Family.QWEN3_VL: 32, Family.QWEN3_5: 32}[family]
     vocab = json.loads((a / "tokenizer.json").read_text())["added_tokens"]
     assert [t["content"] for t in vocab] == SPECIAL_TOKENS
     assert config["image_token_id"] == next(t["id"] for t in vocab
