@@ -150,8 +150,37 @@ class WorkloadConfig:
 
 
 @dataclass(slots=True, frozen=True)
+class JitterConfig:
+    """Per-device spread of a device entry's parameters (fleets: no two devices quite alike).
+
+    Each device of the entry draws its own multipliers, uniform in ``[1 − x, 1 + x]``, from a
+    stream seeded by (scenario seed, device name): ``rate`` scales its workload's ``rate_hz`` and
+    ``fps``, ``link`` its link's bandwidths and RTT (each drawn separately); ``ambient_c`` shifts
+    its thermal ambient by a uniform ``±ambient_c`` °C. All zero (the default): identical copies.
+    """
+
+    rate: float = 0.0
+    link: float = 0.0
+    ambient_c: float = 0.0
+
+    def __post_init__(self) -> None:
+        require(0 <= self.rate < 1, "rate", f"must be within [0, 1), got {self.rate}")
+        require(0 <= self.link < 1, "link", f"must be within [0, 1), got {self.link}")
+        non_negative(self.ambient_c, "ambient_c")
+
+    @property
+    def any(self) -> bool:
+        return bool(self.rate or self.link or self.ambient_c)
+
+
+@dataclass(slots=True, frozen=True)
 class DeviceEntry:
-    """Devices in a scenario: ``count`` copies of a profile, each with its own workload and link."""
+    """Devices in a scenario: ``count`` copies of a profile, each with its own workload and link.
+
+    The copies are named ``NAME-0`` … ``NAME-<count−1>`` and each draws from its own random
+    streams (seeded by scenario seed and device name); ``jitter`` spreads their parameters. The
+    entry is the devices' *class* in summaries.
+    """
 
     name: str
     profile: DeviceProfile
@@ -159,6 +188,7 @@ class DeviceEntry:
     link: LinkConfig = field(default_factory=LinkConfig)
     count: int = 1
     cloud: str | None = None  # server to offload to; None: the first one
+    jitter: JitterConfig = field(default_factory=JitterConfig)
 
     def __post_init__(self) -> None:
         positive(self.count, "count")
@@ -201,6 +231,9 @@ class Scenario:
     sample_interval_s: float = 1.0  # DeviceSample cadence
     slo: SloConfig = field(default_factory=SloConfig)
     description: str = ""
+    # per-device statistics and summary rows; None: only for scenarios of at most
+    # PER_DEVICE_AUTO_MAX devices (larger fleets are summarized per class and for the fleet)
+    per_device: bool | None = None
 
     def __post_init__(self) -> None:
         require(len(self.devices) > 0, "devices", "needs at least one device")
@@ -217,6 +250,21 @@ class Scenario:
         for i, d in enumerate(self.devices):
             if d.cloud is not None:
                 require(d.cloud in clouds, f"devices[{i}].cloud", f"no cloud server {d.cloud!r}")
+
+
+    @property
+    def device_count(self) -> int:
+        return sum(d.count for d in self.devices)
+
+    @property
+    def per_device_detail(self) -> bool:
+        """Whether statistics are kept per device (else per class, i.e. device entry)."""
+        if self.per_device is not None:
+            return self.per_device
+        return self.device_count <= PER_DEVICE_AUTO_MAX
+
+
+PER_DEVICE_AUTO_MAX = 100
 
 
 # ---- loading ------------------------------------------------------------------------------

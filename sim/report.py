@@ -48,6 +48,7 @@ class DeviceSummary:
     throttled_share: float
     peak_temp_c: float
     battery_left_wh: float | None
+    device_count: int = 1  # devices this row sums up (a class, the fleet)
 
 
 @dataclass(slots=True)
@@ -61,6 +62,7 @@ class Summary:
     mean_in_system: float
     events: int
     extra: dict[str, Any] = field(default_factory=dict)
+    classes: list[DeviceSummary] = field(default_factory=list)  # one row per device entry
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -68,7 +70,7 @@ class Summary:
 
 def _row(name: str, st: DeviceStats, sim_time_s: float, energy_j: float, throttled_s: float,
          offload_decisions: tuple[int, int], peak_c: float,
-         battery_wh: float | None) -> DeviceSummary:
+         battery_wh: float | None, device_count: int = 1) -> DeviceSummary:
     e, t = st.e2e, st.ttft
     decisions, offloaded = offload_decisions
     return DeviceSummary(
@@ -81,27 +83,63 @@ def _row(name: str, st: DeviceStats, sim_time_s: float, energy_j: float, throttl
         throughput_rps=st.ok / sim_time_s if sim_time_s > 0 else math.nan,
         energy_j=energy_j, energy_per_request_j=energy_j / st.ok if st.ok else math.nan,
         throttled_share=throttled_s / sim_time_s if sim_time_s > 0 else 0.0,
-        peak_temp_c=peak_c, battery_left_wh=battery_wh)
+        peak_temp_c=peak_c, battery_left_wh=battery_wh, device_count=device_count)
+
+
+class _ClassTotals:
+    """What a class row sums over its devices (throttled time is averaged at the end)."""
+
+    __slots__ = ("battery", "decisions", "energy", "n", "offloaded", "peak", "stats", "throttled")
+
+    def __init__(self) -> None:
+        self.stats = DeviceStats()
+        self.n = self.decisions = self.offloaded = 0
+        self.energy = self.throttled = 0.0
+        self.peak = -math.inf
+        self.battery: float | None = None
 
 
 def summarize(sim: Simulation) -> Summary:
+    """Rows per device (when the stats are kept per device), per class and for the fleet.
+
+    A class row (a scenario's device entry) sums its devices: counts, energy, decisions and
+    battery add up, latency histograms merge, throttled share is the devices' mean, peak
+    temperature their maximum. The fleet row does the same over every device.
+    """
     now = sim.loop.now
+    stats = sim.stats
+    per_device = stats.per_device
     rows = []
     fleet = DeviceStats()
+    classes: dict[str, _ClassTotals] = {}
     tot_e = tot_thr = 0.0
     tot_dec = tot_off = 0
     peak = -math.inf
     bat: float | None = None
     for d in sim.devices:
-        st = sim.stats.devices.get(d.name, DeviceStats())
-        fleet.merge(st)
+        group = stats.groups.get(d.name, d.name)
+        ct = classes.get(group)
+        if ct is None:
+            ct = classes[group] = _ClassTotals()
         d._integrate(now)
         energy = d.energy_j + d.radio_j
-        tl = sim.stats.timelines.get(d.name)
+        tl = stats.timelines.get(d.name if per_device else group)
         pk = max(tl.max_temp_c if tl else -math.inf, d.thermal.temp_c)
         bw = d.battery_wh
-        rows.append(_row(d.name, st, now, energy, d.throttled_s, (d.decisions, d.offloaded),
-                         pk, bw))
+        if per_device:
+            st = stats.devices.get(d.name, DeviceStats())
+            fleet.merge(st)
+            ct.stats.merge(st)
+            rows.append(_row(d.name, st, now, energy, d.throttled_s, (d.decisions, d.offloaded),
+                             pk, bw))
+        ct.n += 1
+        ct.energy += energy
+        ct.throttled += d.throttled_s
+        ct.decisions += d.decisions
+        ct.offloaded += d.offloaded
+        ct.peak = max(ct.peak, pk)
+        if bw is not None:
+            ct.battery = (ct.battery or 0.0) + bw
         tot_e += energy
         tot_thr += d.throttled_s
         tot_dec += d.decisions
@@ -109,11 +147,20 @@ def summarize(sim: Simulation) -> Summary:
         peak = max(peak, pk)
         if bw is not None:
             bat = (bat or 0.0) + bw
+    class_rows = []
+    for group, ct in classes.items():
+        st = ct.stats if per_device else stats.devices.get(group, DeviceStats())
+        if not per_device:
+            fleet.merge(st)
+        class_rows.append(_row(group, st, now, ct.energy, ct.throttled / ct.n,
+                               (ct.decisions, ct.offloaded), ct.peak, ct.battery, ct.n))
     n = max(1, len(sim.devices))
-    fleet_row = _row("fleet", fleet, now, tot_e, tot_thr / n, (tot_dec, tot_off), peak, bat)
+    fleet_row = _row("fleet", fleet, now, tot_e, tot_thr / n, (tot_dec, tot_off), peak, bat,
+                     len(sim.devices))
     return Summary(scenario=sim.scenario.name, policy=sim.policy.name, seed=sim.seed,
                    sim_time_s=now, devices=rows, fleet=fleet_row,
-                   mean_in_system=sim.mean_in_system, events=sim.loop.events)
+                   mean_in_system=sim.mean_in_system, events=sim.loop.events,
+                   classes=class_rows)
 
 
 def _fmt(x: float | None, unit: str = "", digits: int = 3) -> str:
@@ -151,8 +198,12 @@ def table(rows: list[list[str]], header: list[str]) -> str:
 def format_summary(s: Summary) -> str:
     header = ["device"] + [c[1] for c in COLUMNS]
     rows = []
-    for d in [*s.devices, s.fleet] if len(s.devices) > 1 else s.devices:
-        rows.append([d.name] + [
+    shown = [*s.devices, *(c for c in s.classes if c.device_count > 1 or not s.devices)]
+    if s.fleet.device_count > 1 and len(shown) != 1:
+        shown.append(s.fleet)
+    for d in shown:
+        name = d.name if d.device_count == 1 or d.name == "fleet" else f"{d.name} ×{d.device_count}"
+        rows.append([name] + [
             str(getattr(d, k)) if u == "" and isinstance(getattr(d, k), int) else _fmt(getattr(d, k), u)
             for k, _, u in COLUMNS])
     title = (f"scenario {s.scenario}, policy {s.policy}, seed {s.seed}: "

@@ -170,24 +170,71 @@ class Timeline:
     _decisions: int = 0
     _offloaded: int = 0
 
-class StatsCollector:
-    """Receives finished records and device samples; keeps only fixed-size summaries."""
+class _ClassSamples:
+    """One sample tick of a device class being summed up (see StatsCollector.on_sample)."""
 
-    def __init__(self, slo_e2e_s: float, slo_ttft_s: float | None) -> None:
+    __slots__ = ("batteries", "battery", "decisions", "level", "n", "offloaded", "power", "t",
+                 "temp")
+
+    def __init__(self, t: float) -> None:
+        self.t = t
+        self.n = self.batteries = self.decisions = self.offloaded = 0
+        self.temp = self.level = self.power = self.battery = 0.0
+
+
+class StatsCollector:
+    """Receives finished records and device samples; keeps only fixed-size summaries.
+
+    Statistics are kept per *key*: the device's own name, or — with ``per_device=False``, for
+    fleets — its class (:meth:`register` says which device belongs to which class). A class's
+    time series then hold, per sample tick, the mean over its devices of temperature, clock level,
+    power and battery, and the summed decisions and offloads; ``max_temp_c`` is the hottest device.
+    Memory is then a fixed size per class, not per device.
+    """
+
+    def __init__(self, slo_e2e_s: float, slo_ttft_s: float | None,
+                 per_device: bool = True) -> None:
         self.slo_e2e_s = slo_e2e_s
         self.slo_ttft_s = slo_ttft_s
-        self.devices: dict[str, DeviceStats] = {}
+        self.per_device = per_device
+        self.devices: dict[str, DeviceStats] = {}  # by key (device, or class)
+        self.groups: dict[str, str] = {}  # device → its class
+        self._route: dict[str, DeviceStats] = {}  # device → the stats its records go to
         self._timelines: dict[str, Timeline] = {}
+        self._ticks: dict[str, _ClassSamples] = {}  # class → the tick being summed
+
+    def register(self, device: str, group: str) -> None:
+        """Declare ``device`` a member of class ``group`` (before its first record)."""
+        self.groups[device] = group
+        key = device if self.per_device else group
+        st = self.devices.get(key)
+        if st is None:
+            st = self.devices[key] = DeviceStats()
+        self._route[device] = st
+
+    def key(self, device: str) -> str:
+        """Where ``device``'s statistics are kept."""
+        return device if self.per_device else self.groups.get(device, device)
 
     @property
     def timelines(self) -> dict[str, Timeline]:
-        """Per-device series of the samples so far."""
+        """Series of the samples so far, per key."""
+        for group, tick in self._ticks.items():
+            self._close_tick(group, tick)
         return self._timelines
 
-    def on_record(self, rec: RequestRecord) -> None:
-        st = self.devices.get(rec.device)  # type: ignore[arg-type]
+    def _stats_of(self, device: str) -> DeviceStats:
+        """An unregistered device: a key of its own."""
+        st = self.devices.get(device)
         if st is None:
-            st = self.devices[rec.device] = DeviceStats()  # type: ignore[index]
+            st = self.devices[device] = DeviceStats()
+        self._route[device] = st
+        return st
+
+    def on_record(self, rec: RequestRecord) -> None:
+        st = self._route.get(rec.device)  # type: ignore[arg-type]
+        if st is None:
+            st = self._stats_of(rec.device)  # type: ignore[arg-type]
         st.requests += 1
         out = rec.outcome
         cloud = rec.uplink_end_s is not None
@@ -214,14 +261,14 @@ class StatsCollector:
 
     def on_records(self, recs: list[RequestRecord]) -> None:
         """Fold many records in at once; the same as :meth:`on_record` on each, in order."""
-        devices = self.devices
+        route = self._route
         slo_e2e, slo_ttft = self.slo_e2e_s, self.slo_ttft_s
         ok_, dropped_, rejected_ = Outcome.OK, Outcome.DROPPED, Outcome.REJECTED
         lo, log_ratio, top = _LO_S, _LOG_RATIO, _NBUCKETS - 1  # math.log: a compiled primitive
         for rec in recs:
-            st = devices.get(rec.device)  # type: ignore[arg-type]
+            st = route.get(rec.device)  # type: ignore[arg-type]
             if st is None:
-                st = devices[rec.device] = DeviceStats()  # type: ignore[index]
+                st = self._stats_of(rec.device)  # type: ignore[arg-type]
             st.requests += 1
             out = rec.outcome
             cloud = rec.uplink_end_s is not None
@@ -260,6 +307,11 @@ class StatsCollector:
                 st.failed += 1
 
     def on_sample(self, s: DeviceSample, decisions: int, offloaded: int) -> None:
+        if not self.per_device:
+            group = self.groups.get(s.device)
+            if group is not None:
+                self._class_sample(group, s, decisions, offloaded)
+                return
         tl = self._timelines.get(s.device)
         if tl is None:
             tl = self._timelines[s.device] = Timeline()
@@ -280,6 +332,47 @@ class StatsCollector:
         tl.offloads.add(t, do)
         if temp > tl.max_temp_c:
             tl.max_temp_c = temp
+
+    def _class_sample(self, group: str, s: DeviceSample, decisions: int, offloaded: int) -> None:
+        """Add one device's sample to its class's tick (closed when the next tick begins)."""
+        tick = self._ticks.get(group)
+        if tick is None or tick.t != s.t_s:
+            if tick is not None:
+                self._close_tick(group, tick)
+            tick = self._ticks[group] = _ClassSamples(s.t_s)
+        tick.n += 1
+        tick.temp += s.temp_c
+        tick.level += s.clock_level
+        tick.power += s.power_w
+        if s.battery_wh is not None:
+            tick.batteries += 1
+            tick.battery += s.battery_wh
+        tick.decisions += decisions
+        tick.offloaded += offloaded
+        tl = self._timelines.get(group)
+        if tl is None:
+            tl = self._timelines[group] = Timeline()
+        if s.temp_c > tl.max_temp_c:
+            tl.max_temp_c = s.temp_c
+
+    def _close_tick(self, group: str, tick: _ClassSamples) -> None:
+        n = tick.n
+        if n == 0:
+            return
+        tl = self._timelines[group]
+        t = tick.t
+        dd = tick.decisions - tl._decisions
+        do = tick.offloaded - tl._offloaded
+        tl._decisions, tl._offloaded = tick.decisions, tick.offloaded
+        tl.temp_c.add(t, tick.temp / n)
+        tl.clock_level.add(t, tick.level / n)
+        tl.power_w.add(t, tick.power / n)
+        if tick.batteries:
+            tl.battery_wh.add(t, tick.battery / tick.batteries)
+        tl.offload_share.add(t, do / dd if dd else 0.0)
+        tl.decisions.add(t, dd)
+        tl.offloads.add(t, do)
+        tick.n = 0  # closed: a second close is a no-op
 
     def fleet(self) -> DeviceStats:
         total = DeviceStats()
