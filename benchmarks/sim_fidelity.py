@@ -107,7 +107,7 @@ def main() -> int:
     (out / "calib-profile.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
     report: dict[str, Any] = {"capacity_rps": capacity, "offered_rps": offered, "runs": {}}
     for name in ("calib", "low", "high"):
-        v, _ = validate(profile, out / f"{name}.jsonl", profile_name="fidelity-calib")
+        v, _ = validate(profile, out / f"{name}.jsonl", profile_name="fidelity-calib", seeds=5)
         print(("\n(in-sample) " if name == "calib" else "\n(held out) ") + v.format())
         plot_cdfs(v, out / f"cdf_{name}.png")
         rows = {q: (a, b, e) for q, a, b, e in v.rows()}

@@ -41,14 +41,15 @@ step's duration is its own:
 header). The header also gives the engine's limits (``max_num_seqs``, ``max_num_batched_tokens``,
 block size, KV tokens) and the host's cores, which the profile takes over: the profile
 describes the machine that was measured, whatever ``--base`` said. Steps that overlapped a busy
-preprocessing worker were slower than the model: the slowdown per busy worker (``κ``) goes into
-``host.step_slowdown_per_busy_worker``; the median hand-off from the end of preprocessing to the
+preprocessing worker were slower than the model: the extra step time per second of worker
+activity during the step (``κ``) goes into ``host.step_extra_s_per_worker_s``; the median hand-off from the end of preprocessing to the
 engine into ``llm.handoff_s``.
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import math
 from collections.abc import Iterable
@@ -95,11 +96,12 @@ class Calibration:
     engine: dict[str, Any] = field(default_factory=dict)  # limits from the trace header
     host_cores: int = 0
     engine_threads: int = 0  # cores the engine's model worker may run on
-    contention: float = 0.0  # engine slowdown per busy preprocessing worker (κ)
+    contention: float = 0.0  # extra step seconds per second a worker was busy during it (κ)
     contention_n: int = 0
     step_gap_s: float = 0.0  # median idle time between back-to-back engine steps
     handoff_s: float = 0.0  # median time from the end of preprocessing to the engine
     handoff_n: int = 0
+    input_processing: StageFit | None = None  # vLLM's processing before a request is schedulable
     admission: dict[str, int] = field(default_factory=dict)
 
 
@@ -107,22 +109,57 @@ STEP_FEATURES = ["prefill_tokens", "decode_tokens", "context_tokens", "encoder_t
                  "encoder_tokens_sq"]
 
 
-def step_features(s: EngineStep, kv_cache_tokens: int) -> tuple[float, ...]:
-    """A step's features in :data:`STEP_FEATURES` order. vLLM reports the step's encoder tokens
-    as one sum; its square stands for the per-image sum of squares (exact with one image per
-    step, which the encoder budget of 2048 tokens makes the rule for large images)."""
+def encoder_square_sum(encoder_tokens: int, image_sizes: tuple[int, ...]) -> float:
+    """Σ tokens² over the images a step encoded, from the step's total: vLLM reports one sum, so
+    it is split into the fewest images of the trace's sizes (``image_sizes``; at most four) that
+    add up to it — 1839 = 1230 + 609 is two images, not one of 1839 tokens. Without a split the
+    total counts as one image."""
+    if encoder_tokens <= 0:
+        return 0.0
+    return _square_sum(encoder_tokens, image_sizes)
+
+
+@functools.lru_cache(maxsize=4096)
+def _square_sum(total: int, sizes: tuple[int, ...]) -> float:
+    best: float | None = None
+    for k in range(1, 5):
+        for combo in itertools.combinations_with_replacement(sizes, k):
+            if sum(combo) == total:
+                sq = float(sum(c * c for c in combo))
+                best = sq if best is None else min(best, sq)
+        if best is not None:
+            return best
+    return float(total) ** 2
+
+
+def step_features(s: EngineStep, kv_cache_tokens: int,
+                  image_sizes: tuple[int, ...] = ()) -> tuple[float, ...]:
+    """A step's features in :data:`STEP_FEATURES` order (see :func:`encoder_square_sum`)."""
     return (s.prefill_tokens, s.decode_tokens, s.kv_cache_usage * kv_cache_tokens,
-            s.encoder_tokens, float(s.encoder_tokens) ** 2)
+            s.encoder_tokens, encoder_square_sum(s.encoder_tokens, image_sizes))
 
 
-def fit_steps(steps: Iterable[EngineStep], kv_cache_tokens: int = 0) -> StageFit | None:
-    """The step-time model from per-step records (``None`` with fewer than MIN_SAMPLES steps)."""
-    rows = [(s.duration_s, *step_features(s, kv_cache_tokens))
+def fit_steps(steps: Iterable[EngineStep], kv_cache_tokens: int = 0,
+              image_sizes: tuple[int, ...] = ()) -> StageFit | None:
+    """The step-time model from per-step records (``None`` with fewer than MIN_SAMPLES steps).
+
+    Its ``cv`` is the spread *weighted by step time* (√(Σ residual² / Σ fitted²)): a 2 ms decode
+    step that took 4 ms says little about how a 300 ms encoder step varies, while an unweighted
+    spread of ratios would let the many short steps set the noise of the long ones."""
+    rows = [(s.duration_s, *step_features(s, kv_cache_tokens, image_sizes))
             for s in steps if s.duration_s > 0]
     if len(rows) < MIN_SAMPLES:
         return None
     arr = np.asarray(rows, dtype=float)
-    return fit_linear("step", arr[:, 1:], arr[:, 0], STEP_FEATURES)
+    fit = fit_linear("step", arr[:, 1:], arr[:, 0], STEP_FEATURES)
+    pred = fit.base_s + sum(fit.per.get(k, 0.0) * arr[:, 1 + i] for i, k in enumerate(STEP_FEATURES))
+    fit.cv = float(np.sqrt(np.sum((arr[:, 0] - pred) ** 2) / np.sum(pred ** 2)))
+    return fit
+
+
+def image_sizes(records: Iterable[RequestRecord]) -> tuple[int, ...]:
+    """The image-token counts of the trace's one-image requests (distinct, sorted)."""
+    return tuple(sorted({r.image_tokens for r in records if r.num_images == 1 and r.image_tokens}))
 
 
 @dataclass(slots=True)
@@ -348,25 +385,57 @@ def worker_busy(recs: Iterable[RequestRecord]) -> dict[int, Intervals]:
 
 
 def contention(steps: list[EngineStep], fit: StageFit, kv_cache_tokens: int,
-               workers: dict[int, Intervals]) -> tuple[float, int]:
-    """The engine's slowdown per busy preprocessing worker: ``step ≈ fitted × (1 + κ·busy)``,
-    ``busy`` the mean number of workers busy during the step; least squares through the origin
-    on the steps that overlapped a worker. Returns ``(κ, steps used)``."""
+               workers: dict[int, Intervals], sizes: tuple[int, ...] = ()) -> tuple[float, int]:
+    """How much a busy preprocessing worker lengthens an engine step: ``step ≈ fitted + κ·x``,
+    ``x`` the seconds of the step during which workers were busy (summed over workers); least
+    squares through the origin on the steps that overlapped a worker. Returns ``(κ, steps)``:
+    κ = 1 means each second of worker activity costs the step a second."""
     xs, ys = [], []
     for s in steps:
         a = s.t_s - s.duration_s
-        busy = sum(iv.fraction(a, s.t_s) for iv in workers.values())
-        if busy < 0.05 or s.duration_s <= 0:
+        if s.duration_s <= 0:
+            continue
+        x = sum(iv.fraction(a, s.t_s) for iv in workers.values()) * s.duration_s
+        if x < 0.05 * s.duration_s:
             continue
         pred = fit.base_s + sum(fit.per.get(k, 0.0) * v for k, v in zip(
-            STEP_FEATURES, step_features(s, kv_cache_tokens), strict=True))
-        if pred > 0:
-            xs.append(busy)
-            ys.append(s.duration_s / pred - 1.0)
+            STEP_FEATURES, step_features(s, kv_cache_tokens, sizes), strict=True))
+        xs.append(x)
+        ys.append(s.duration_s - pred)
     if len(xs) < MIN_SAMPLES:
         return 0.0, len(xs)
-    x, y = np.asarray(xs), np.asarray(ys)
-    return max(0.0, float(x @ y / (x @ x))), len(xs)
+    xa, ya = np.asarray(xs), np.asarray(ys)
+    return max(0.0, float(xa @ ya / (xa @ xa))), len(xs)
+
+
+def input_processing(records: list[RequestRecord], steps: list[EngineStep]) -> StageFit | None:
+    """vLLM's input processing, from the requests that found the engine idle: the time from the
+    hand-over (``engine_queued_s``) to the start of the first step after it — no step was running
+    at the hand-over and none started before that one, so nothing but the processing held the
+    request — regressed on target pixels (the multimodal processor works on the resized image)."""
+    ordered = sorted(steps, key=lambda s: s.t_s)
+    starts = [s.t_s - s.duration_s for s in ordered]
+    ends = [s.t_s for s in ordered]
+    rows = []
+    for r in records:
+        q = r.engine_queued_s
+        if q is None or r.first_token_s is None or not r.image_tokens:
+            continue
+        i = bisect.bisect_left(starts, q)  # the first step starting after the hand-over
+        k = bisect.bisect_left(ends, q) - 1  # the last step ending before it
+        if i >= len(ordered) or ordered[i].encoder_tokens <= 0:
+            continue
+        if k >= 0 and k + 1 != i:  # a step was running at the hand-over
+            continue
+        if starts[i] >= r.first_token_s:
+            continue
+        rows.append((starts[i] - q, r.target_width * r.target_height))
+    if len(rows) < MIN_SAMPLES:
+        return None
+    arr = np.asarray(rows, dtype=float)
+    fit = fit_linear("input_processing", arr[:, 1:], arr[:, 0], ["target_pixels"])
+    fit.note = f"{len(rows)} requests that found the engine idle"
+    return fit
 
 
 def calibrate_traces(data: TraceData) -> Calibration:
@@ -391,7 +460,10 @@ def calibrate_traces(data: TraceData) -> Calibration:
     quiet = [s for s in data.steps
              if sum(iv.fraction(s.t_s - s.duration_s, s.t_s) for iv in busy.values()) < 0.05]
     use_quiet = len(quiet) >= 4 * MIN_SAMPLES and cal.host_cores > 0
-    cal.step = fit_steps(quiet if use_quiet else data.steps, kv)
+    sizes = image_sizes(ok)
+    if data.steps:
+        cal.input_processing = input_processing(ok, data.steps)
+    cal.step = fit_steps(quiet if use_quiet else data.steps, kv, sizes)
     if cal.step is not None:
         # vLLM's elapsed_ms covers the model's forward pass; scheduling, output processing and
         # the hand-off to the frontend happen between steps. The median gap between
@@ -406,7 +478,7 @@ def calibrate_traces(data: TraceData) -> Calibration:
                          + (", those with no worker busy" if use_quiet else "")
                          + f"; base includes a {cal.step_gap_s * 1e3:.3f} ms gap between steps")
         if use_quiet:
-            cal.contention, cal.contention_n = contention(data.steps, cal.step, kv, busy)
+            cal.contention, cal.contention_n = contention(data.steps, cal.step, kv, busy, sizes)
     elif data.steps:
         cal.skipped["step"] = f"{len(data.steps)} engine steps (need {MIN_SAMPLES})"
     return cal
@@ -467,6 +539,9 @@ def to_profile(cal: Calibration, base: dict[str, Any] | None, name: str,
             llm["kv_capacity_tokens"] = int(e["kv_cache_tokens"])
         if cal.handoff_n:
             llm["handoff_s"] = float(f"{cal.handoff_s:.6g}")
+        if cal.input_processing is not None:
+            llm["input_processing"] = {**cal.input_processing.model(), "kind": "deterministic"}
+            llm["input_processing"].pop("cv", None)
         prof["llm"] = llm
     if cal.admission:
         prof["admission"] = dict(cal.admission)
@@ -474,7 +549,7 @@ def to_profile(cal: Calibration, base: dict[str, Any] | None, name: str,
         # the engine and the preprocessing workers share the host's cores (a CPU-only runtime)
         prof["host"] = {"cores": cal.host_cores,
                         "engine_threads": cal.engine_threads or cal.host_cores,
-                        "step_slowdown_per_busy_worker": round(cal.contention, 4)}
+                        "step_extra_s_per_worker_s": round(cal.contention, 4)}
     notes = [f"{s}: fitted on {f.n} requests, R² = {f.r2:.3f}" + (f" ({f.note})" if f.note else "")
              for s, f in cal.fits.items()]
     if cal.step is not None:
@@ -501,11 +576,16 @@ def format_fits(cal: Calibration) -> str:
         lines.append(f"  {'engine step':13s} {f.base_s * 1000:8.3f} ms" + (f" + {terms}" if terms else "")
                      + f"   cv {f.cv:.3f}  R² {f.r2:.3f}  n {f.n}  [{f.note}]")
         if cal.contention_n:
-            lines.append(f"  {'contention':13s} steps {cal.contention:+.1%} per busy worker "
+            lines.append(f"  {'contention':13s} steps +{cal.contention:.3f} s per second a worker was busy "
                          f"(n {cal.contention_n}, {cal.host_cores} cores, engine on "
                          f"{cal.engine_threads})")
     if cal.handoff_n:
         lines.append(f"  {'handoff':13s} {cal.handoff_s * 1000:8.3f} ms   median of {cal.handoff_n}")
+    if cal.input_processing is not None:
+        f = cal.input_processing
+        terms = " + ".join(f"{v:.4g}·{k}" for k, v in f.per.items())
+        lines.append(f"  {'vLLM input':13s} {f.base_s * 1000:8.3f} ms" + (f" + {terms}" if terms else "")
+                     + f"   cv {f.cv:.3f}  R² {f.r2:.3f}  n {f.n}  [{f.note}]")
     for s, why in cal.skipped.items():
         lines.append(f"  {s:13s} not fitted: {why}")
     return "\n".join(lines)

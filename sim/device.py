@@ -18,7 +18,8 @@ engine's threads share ``cores`` cores. Processor sharing is approximated at the
 service: preprocessing (decode, resize and normalize, one worker's job) started while ``busy``
 workers (itself included) and, if the engine is mid-step, ``engine_threads`` want the cores takes
 ``max(1, demand / cores)`` times as long; an engine step started while ``busy`` workers run takes
-``max(1, (engine_threads + busy) / cores)`` times as long (the step engine's ``stretch`` hook).
+``max(1, (engine_threads + busy) / cores)`` times as long, or ``κ`` seconds longer per second of
+it that a worker is still busy when that is more (the step engine's ``stretch`` hook).
 The factor is frozen when the service starts; it is not re-priced when demand changes during it.
 
 The engine is a :class:`~sim.batching.BatchEngine` priced by the prefill and decode-step stage
@@ -52,7 +53,7 @@ from sim.job import Job
 from sim.loop import EventLoop
 from sim.network import Link
 from sim.profiles import CPU_STAGE_NAMES, DeviceProfile, GovernorKind, StageName
-from sim.service import Draws, ServiceTime, mean_of_sum
+from sim.service import Draws, Linear, ServiceTime, mean_of_sum
 from sim.step_engine import StepEngine
 from sim.thermal import PowerAllocatorGovernor, StepWiseGovernor, ThermalNode
 
@@ -151,8 +152,12 @@ class Device:
         self.shared = host is not None
         self.host_cores = host.cores if host is not None else 0
         self.engine_threads = host.engine_threads if host is not None else 0
-        self.step_kappa = host.step_slowdown_per_busy_worker if host is not None else 0.0
+        self.step_kappa = host.step_extra_s_per_worker_s if host is not None else 0.0
+        self._worker_end = [0.0] * self.cores  # when each worker's current job ends
+        self._step_engine: StepEngine | None = None  # the engine sharing the cores (host:)
         self.handoff_s = llm.handoff_s
+        self._input: Linear | None = (Linear(llm.input_processing)
+                                      if llm.input_processing is not None else None)
         llm_busy = functools.partial(self._busy_delta, self._llm_u)
         self.engine: Engine
         if llm.step is not None:  # vLLM V1 steps; the encoder runs in them unless it has a stage
@@ -160,6 +165,7 @@ class Device:
                                      engine_done, llm_busy, enc is None, draws("step"))
             if host is not None:
                 step_engine.stretch = self._step_stretch
+                self._step_engine = step_engine
             self.engine = step_engine
         else:
             self.engine = BatchEngine(
@@ -498,14 +504,21 @@ class Device:
         self.admitted -= 1
         self.on_finished(job)
 
-    def _step_stretch(self) -> float:
-        """How much longer an engine step starting now takes for sharing the host's cores with
-        the ``b`` busy preprocessing workers: the larger of ``(engine_threads + b) / cores`` and
-        the measured ``1 + κ·b``, and at least 1."""
-        busy = self.cores - len(self._free_cores)
+    def _step_stretch(self, step_s: float) -> float:
+        """An engine step of ``step_s`` starting now, lengthened for sharing the host's cores with
+        the ``b`` busy preprocessing workers: the larger of the cores' share,
+        ``step_s × (engine_threads + b) / cores``, and the measured slowdown,
+        ``step_s + κ × (the seconds of the step during which each worker is still busy)``."""
+        now = self.loop.now
+        busy = 0
+        overlap = 0.0
+        for end in self._worker_end:
+            if end > now:
+                busy += 1
+                overlap += end - now if end - now < step_s else step_s
         demand = self.engine_threads + busy
-        share = demand / self.host_cores if demand > self.host_cores else 1.0
-        measured = 1.0 + self.step_kappa * busy
+        share = step_s * demand / self.host_cores if demand > self.host_cores else step_s
+        measured = step_s + self.step_kappa * overlap
         return measured if measured > share else share
 
     def _start_cpu(self, job: Job, newly_busy: bool = True) -> None:
@@ -528,6 +541,13 @@ class Device:
         rec.decode_end_s = t1
         rec.resize_end_s = t2
         rec.normalize_end_s = t3
+        if self.shared:
+            self._worker_end[rec.worker] = t3
+            if self.step_kappa > 0.0 and self._step_engine is not None \
+                    and self._step_engine.stepping:  # the running step shares the cores with it
+                e = self._step_engine
+                left = e.step_end_s - now
+                e.extend(self.step_kappa * (left if left < t3 - now else t3 - now))
         if newly_busy:
             self._busy_delta(self._cpu_u, 1)
         self.loop.at(t3, self._cpu_done_cb, job)
@@ -574,15 +594,22 @@ class Device:
         self._hand_off(job)
 
     def _hand_off(self, job: Job) -> None:
-        """Preprocessed: to the engine, after the runtime's hand-off delay (``llm.handoff_s``)."""
-        if self.handoff_s > 0.0:
-            self.loop.at(self.loop.now + self.handoff_s, self._submit_cb, job)
+        """Preprocessed: to the engine after the runtime's hand-off (``llm.handoff_s``) and vLLM's
+        input processing (``llm.input_processing``); the record's ``engine_queued_s`` is when
+        the runtime handed it over, as the runtime stamps it."""
+        delay = self.handoff_s
+        if self._input is not None:
+            delay += self._input.mean_s(job)
+        if delay > 0.0:
+            self.loop.at(self.loop.now + delay, self._submit_cb, job)
         else:
             (job.engine or self.engine).submit(job)
 
     def _submit(self, arg: Any) -> None:
         job: Job = arg
         (job.engine or self.engine).submit(job)
+        if self._input is not None:  # queued at the hand-off, schedulable only now
+            job.rec.engine_queued_s = self.loop.now - self._input.mean_s(job)
 
     def _llm_busy(self, delta: int) -> None:
         self._busy_delta(self._llm_u, delta)

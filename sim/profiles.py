@@ -231,9 +231,14 @@ class LocalLlmConfig:
     kv_capacity_tokens: int = 8192
     max_batch: int = 8
     step: StepTimeModel | None = None
-    # from the end of preprocessing until the engine holds the request: the shared-memory
-    # hand-off, the frontend's prompt building and vLLM's input processing (a fixed delay)
+    # from the end of preprocessing until the runtime hands the request to vLLM: the shared-
+    # memory hand-off and the frontend's prompt building (a fixed delay)
     handoff_s: float = 0.0
+    # vLLM's input processing after that (its multimodal processor on the resized image, the
+    # hand-over to the engine core): the request is queued but cannot be scheduled yet. A
+    # service model on the request's features (``edgeserve calibrate`` fits base + per target
+    # pixel); its mean is used. None: none.
+    input_processing: ServiceModelConfig | None = None
 
     def __post_init__(self) -> None:
         positive(self.kv_capacity_tokens, "kv_capacity_tokens")
@@ -257,15 +262,15 @@ class HostConfig:
 
     cores: int  # cores shared by the preprocessing workers and the engine
     engine_threads: int  # threads one engine step keeps busy
-    # measured: an engine step started while ``b`` workers are busy takes at least
-    # ``1 + step_slowdown_per_busy_worker · b`` times its model (caches, memory bandwidth and
-    # OS scheduling cost more than the cores' share alone says; ``edgeserve calibrate`` fits it)
-    step_slowdown_per_busy_worker: float = 0.0
+    # measured: each second of an engine step during which a worker is busy adds this many
+    # seconds to the step (caches, memory bandwidth and OS scheduling cost more than the cores'
+    # share alone says; ``edgeserve calibrate`` fits it)
+    step_extra_s_per_worker_s: float = 0.0
 
     def __post_init__(self) -> None:
         positive(self.cores, "cores")
         positive(self.engine_threads, "engine_threads")
-        non_negative(self.step_slowdown_per_busy_worker, "step_slowdown_per_busy_worker")
+        non_negative(self.step_extra_s_per_worker_s, "step_extra_s_per_worker_s")
 
 
 @dataclass(slots=True, frozen=True)

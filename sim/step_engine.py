@@ -39,7 +39,7 @@ it rides in longer. A step takes, at clock scale 1::
   tower attends over each image's patches, so a large image costs more than linearly.
 
 The step time is stretched by the DVFS ``clock_scale`` in force when the step starts (a step in
-progress keeps its end), by ``stretch()`` when the owner sets it (a device whose engine shares
+progress keeps its end), by ``stretch(duration)`` when the owner sets it (a device whose engine shares
 its cores with preprocessing workers says how crowded they are; the engine knows nothing of
 them), and optionally spread by a lognormal factor of mean 1 (``cv``).
 
@@ -165,8 +165,8 @@ class StepEngine(Engine):
         self.stepping = False  # a step is running or about to start (else the engine is idle)
         self.step_end_s = 0.0
         self.on_step: Callable[[Step], Any] | None = None  # called as each step starts
-        # the factor a step starting now is stretched by for sharing its cores (None: 1)
-        self.stretch: Callable[[], float] | None = None
+        # a step of this duration starting now, stretched for sharing its cores (None: as is)
+        self.stretch: Callable[[float], float] | None = None
         self._step_cb: Callable[[Any], None] = self._on_step
         self._kick_cb: Callable[[Any], None] = self._kick
 
@@ -309,7 +309,7 @@ class StepEngine(Engine):
              + self._c_context * ctx + self._c_encoder * enc + self._c_encoder_sq * enc_sq) \
             * self.clock_scale
         if self.stretch is not None:
-            d *= self.stretch()
+            d = self.stretch(d)
         if self._noisy:
             d = self._noise.draw(d)
         self._step_decode = n_dec
@@ -324,9 +324,17 @@ class StepEngine(Engine):
             self.on_step(Step(now, d, prefill, n_dec, ctx, enc))
         self.loop.at(end, self._step_cb, None)
 
+    def extend(self, extra_s: float) -> None:
+        """Lengthen the running step by ``extra_s`` (its owner's other work slowed it down)."""
+        if self.stepping:
+            self.step_end_s += extra_s
+
     def _on_step(self, arg: Any) -> None:
         """The running step ended: its decoders got a token, its completed prompts their first."""
         now = self.loop.now
+        if now < self.step_end_s:  # extended while it ran: it ends later
+            self.loop.at(self.step_end_s, self._step_cb, None)
+            return
         t = self.steps
         self._ctx_decoding += self._step_decode
         decoding = self.decoding

@@ -57,9 +57,22 @@ class Side:
         for stage, a, b in stage_spans(r):
             self.stage_s.setdefault(stage.value, []).append(b - a)
 
+    pooled_span_s: float = 0.0  # Σ of the pooled runs' spans (0: one run)
+
     @property
     def span_s(self) -> float:
-        return self.last_finish_s - self.first_arrival_s
+        return self.pooled_span_s or self.last_finish_s - self.first_arrival_s
+
+    def pool(self, other: Side) -> None:
+        """Add another run of the same trace (another seed): samples pooled, spans summed, so
+        throughput is the runs' total completions over their total time."""
+        span = self.span_s if self.completed else 0.0
+        for m, xs in other.samples.items():
+            self.samples[m].extend(xs)
+        for st, xs in other.stage_s.items():
+            self.stage_s.setdefault(st, []).extend(xs)
+        self.completed += other.completed
+        self.pooled_span_s = span + other.span_s
 
     @property
     def throughput_rps(self) -> float:
@@ -182,8 +195,10 @@ def replay_scenario(profile: dict[str, Any], trace: str | Path, span_s: float,
 
 
 def validate(profile: dict[str, Any], trace: str | Path, *, profile_name: str = "",
-             seed: int = 1) -> tuple[Validation, list[RequestRecord]]:
-    """Replay ``trace`` through ``profile``; returns the comparison and the simulated records."""
+             seed: int = 1, seeds: int = 1) -> tuple[Validation, list[RequestRecord]]:
+    """Replay ``trace`` through ``profile``; returns the comparison and the simulated records
+    (of the first seed). With ``seeds > 1`` the simulated side pools that many replays with
+    seeds ``seed, seed + 1, …``, so its percentiles carry less of one seed's luck."""
     from sim.config import scenario_from_raw
     from sim.simulation import Simulation
 
@@ -191,19 +206,25 @@ def validate(profile: dict[str, Any], trace: str | Path, *, profile_name: str = 
     if not measured:
         raise ValueError(f"{trace} holds no local request records to replay")
     span = max((r.finished_s or r.arrived_s) for r in measured) - min(r.arrived_s for r in measured)
-    sim = Simulation(scenario_from_raw(replay_scenario(profile, trace, span, seed), None, []))
-    simulated: list[RequestRecord] = []
-    sim.add_record_sink(simulated.append)
-    sim.run()
     v = Validation(Side(), Side(), str(trace), profile_name)
+    first: list[RequestRecord] = []
+    for k in range(seeds):
+        sim = Simulation(scenario_from_raw(replay_scenario(profile, trace, span, seed + k), None, []))
+        simulated: list[RequestRecord] = []
+        sim.add_record_sink(simulated.append)
+        sim.run()
+        side = Side()
+        for r in simulated:
+            side.add(r)
+        v.simulated_stall_s += stall_seconds([r for r in simulated if r.outcome is Outcome.OK])
+        if k == 0:
+            v.simulated, first = side, simulated
+        else:
+            v.simulated.pool(side)
     for r in measured:
         v.measured.add(r)
-    for r in simulated:
-        v.simulated.add(r)
-    ok_m = [r for r in measured if r.outcome is Outcome.OK]
-    ok_s = [r for r in simulated if r.outcome is Outcome.OK]
-    v.measured_stall_s, v.simulated_stall_s = stall_seconds(ok_m), stall_seconds(ok_s)
-    return v, simulated
+    v.measured_stall_s = stall_seconds([r for r in measured if r.outcome is Outcome.OK])
+    return v, first
 
 
 def plot_cdfs(v: Validation, path: Path) -> None:

@@ -33,6 +33,9 @@ def add_parser(subparsers: Any, help_: str) -> None:
     p.add_argument("--out", type=Path, help="profile YAML to write (required unless validate)")
     p.add_argument("--out-dir", type=Path,
                    help="validate: write validation.json and the CDF plots here")
+    p.add_argument("--seeds", type=int, default=5,
+                   help="validate: pool this many simulated replays (seeds 1…N) per trace, so the "
+                        "simulated percentiles carry less of one seed's luck (default 5)")
     p.add_argument("--base", help="profile to start from (shipped name or YAML path)")
     p.add_argument("--name", help="profile name (default: the --out file's stem)")
     p.set_defaults(func=run)
@@ -40,7 +43,7 @@ def add_parser(subparsers: Any, help_: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.traces and str(args.traces[0]) == "validate":
-        return run_validate(args.traces[1:], args.out_dir)
+        return run_validate(args.traces[1:], args.out_dir, max(1, args.seeds))
     if args.out is None:
         print("edgeserve calibrate: --out PROFILE.yaml is required", file=sys.stderr)
         return 2
@@ -73,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_validate(paths: list[Path], out_dir: Path | None) -> int:
+def run_validate(paths: list[Path], out_dir: Path | None, seeds: int = 5) -> int:
     import json
 
     from edgeserve.records import TraceError
@@ -92,7 +95,7 @@ def run_validate(paths: list[Path], out_dir: Path | None) -> int:
         for t in traces:
             if not t.exists():
                 raise ConfigError(f"{t}: no such trace file")
-            v, _ = validate(profile, t, profile_name=profile_ref)
+            v, _ = validate(profile, t, profile_name=profile_ref, seeds=seeds)
             print(v.format())
             results.append(v)
     except (ConfigError, TraceError, ValueError) as e:

@@ -156,16 +156,18 @@ def test_a_host_section_loads_onto_a_step_engine_profile() -> None:
 
 
 def test_a_measured_slowdown_per_busy_worker_stretches_steps_beyond_the_cores_share() -> None:
-    # 4 cores would leave every step at 0.5 s, but the trace measured steps 2.2× as long while a
-    # worker was busy (κ = 1.2): the step starting at 1.5, during b's job (1.25–2.25), takes
-    # 1.1 s; the next one, at 2.6, holds a's third token and b's prefill at 0.5 s again
+    # 4 cores would leave every step at 0.5 s, but the trace measured 1.2 s more step time per
+    # second of worker activity (κ = 1.2). b's job (1.25–2.25) starts during a's prefill step
+    # (1.0–1.5): 0.25 s of overlap extend it by 0.3 s, to 1.8. The next step would overlap the
+    # job's last 0.45 s: 0.5 + 1.2 × 0.45 = 1.04 s, to 2.84. The worker is idle after that.
     s = Server(server_profile(host={"cores": 4, "engine_threads": 1,
-                                    "step_slowdown_per_busy_worker": 1.2}))
+                                    "step_extra_s_per_worker_s": 1.2}))
     s.send("a", 0.0, output_tokens=4)
     s.send("b", 1.25, output_tokens=2)
-    assert s.run() == [("a", 0.0, 1.0, 1.5, pytest.approx(3.6)),
-                       ("b", 1.25, 2.25, pytest.approx(3.1), pytest.approx(3.6))]
-    assert s.steps == pytest.approx([(1.0, 0.5), (1.5, 1.1), (2.6, 0.5), (3.1, 0.5)])
+    assert s.run() == [("a", 0.0, 1.0, pytest.approx(1.8), pytest.approx(3.84)),
+                       ("b", 1.25, 2.25, pytest.approx(3.34), pytest.approx(3.84))]
+    # step records are written when a step starts: the first shows its length before b came
+    assert s.steps == pytest.approx([(1.0, 0.5), (1.8, 1.04), (2.84, 0.5), (3.34, 0.5)])
 
 
 def test_the_hand_off_delays_the_engine_not_the_worker() -> None:
@@ -177,3 +179,16 @@ def test_the_hand_off_delays_the_engine_not_the_worker() -> None:
     s.send("b", 1.0, output_tokens=1)
     assert s.run() == [("a", 0.0, 1.0, 1.75, 2.25), ("b", 1.0, 2.0, 2.75, 2.75)]
     assert s.steps[0] == (1.25, 0.5)
+
+
+def test_vllm_input_processing_holds_a_queued_request_back_from_the_scheduler() -> None:
+    # input processing 0.1 s + 1 µs per target pixel (448 × 336: 0.150528 s): a is handed over
+    # at 1.0 (engine_queued_s, as the runtime stamps it) and scheduled at 1.250528
+    prof = server_profile()
+    prof["llm"]["input_processing"] = {"kind": "deterministic", "base_s": 0.1,
+                                       "per": {"target_pixels": 1e-6}}
+    s = Server(prof)
+    s.send("a", 0.0, output_tokens=1)
+    assert s.run() == [("a", 0.0, 1.0, pytest.approx(1.750528), pytest.approx(1.750528))]
+    assert s.records[0].engine_queued_s == pytest.approx(1.0)
+    assert s.steps == pytest.approx([(1.250528, 0.5)])
