@@ -9,6 +9,8 @@ The loop a user runs, end to end, on this machine:
    ``--calib-load`` of its capacity) and two *held-out* runs with other mixes and rates, one light
    (``--low-mix`` at ``--low-load`` < 0.6) and one near saturation (``--high-mix`` at
    ``--high-load`` > 0.85).
+   A fourth run repeats the calibration run on a fresh server: measured against measured, it
+   shows how far the runtime moves between identical runs.
 3. **Calibrate** on the first trace only (:func:`sim.calibrate.calibrate_traces` → profile YAML).
 4. **Validate** on each held-out trace (:func:`sim.validate.validate`): measured vs simulated
    TTFT/TPOT/ITL/E2E mean, p50, p90, p99, throughput, stages, stall, and CDF plots.
@@ -81,8 +83,10 @@ def main() -> int:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     print(f"load average before: {os.getloadavg()[0]:.2f}", flush=True)
+    # "repeat" is the calibration run again (same arrivals, a fresh server): how far the runtime
+    # itself moves between two identical runs, the floor under any simulator's error
     runs = {"calib": (args.calib_mix, args.calib_load), "low": (args.low_mix, args.low_load),
-            "high": (args.high_mix, args.high_load)}
+            "high": (args.high_mix, args.high_load), "repeat": (args.calib_mix, args.calib_load)}
     capacity: dict[str, float] = {}
     for mix in dict.fromkeys(m for m, _ in runs.values()):
         r = served_run(f"probe-{len(capacity)}", out, args, mix=mix, rate=None,
@@ -118,6 +122,20 @@ def main() -> int:
                 verdict = "—" if e is None else ("met" if abs(e) <= bound else "MISSED")
                 print(f"  target {q:18s} ±{bound * 100:.0f} %: "
                       f"{'—' if e is None else f'{e * 100:+.1f} %'} {verdict}")
+    from sim.validate import Side, Validation, local_records
+
+    sides = []
+    for name in ("calib", "repeat"):
+        side = Side()
+        for r in local_records(out / f"{name}.jsonl"):
+            side.add(r)
+        sides.append(side)
+    noise = Validation(sides[0], sides[1], str(out / "repeat.jsonl"), "the calibration run")
+    print("\n(run to run) the calibration run repeated on a fresh server, measured vs measured:")
+    for q, _a, _b, e in noise.rows():
+        if q in TARGETS or q.startswith(("tpot", "ttft", "e2e")):
+            print(f"  {q:18s} {'—' if e is None else f'{e * 100:+.1f} %'}")
+    report["run_to_run"] = noise.as_dict()
     report["loadavg_1m_after"] = os.getloadavg()[0]
     (out / "sim_fidelity.json").write_text(json.dumps(report, indent=1))
     print(f"\nload average after: {os.getloadavg()[0]:.2f}; wrote {out / 'sim_fidelity.json'}")
