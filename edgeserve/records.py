@@ -62,7 +62,12 @@ class Stage(enum.StrEnum):
     DOWNLINK = "downlink"  # simulator: answer back from a cloud server
 
 
-CPU_STAGES = frozenset({Stage.PREPROC_QUEUE, Stage.DECODE, Stage.RESIZE, Stage.NORMALIZE})
+# Stages whose time, with the engine idle, is a stall: work that waits upstream of the engine.
+# ENCODE is one: the runtime's encoder (--encoder onnx) runs in the preprocessing workers, and
+# the frontend's live stall meter already counts a whole worker job, encode included; on a
+# simulated NPU the engine waiting for the encoder is the same lost capacity.
+CPU_STAGES = frozenset({Stage.PREPROC_QUEUE, Stage.DECODE, Stage.RESIZE, Stage.NORMALIZE,
+                        Stage.ENCODE})
 
 
 class TraceHeader(msgspec.Struct, kw_only=True, tag="header", tag_field="type"):
