@@ -11,6 +11,8 @@ Server kinds (:class:`ServerKind`):
 * ``edgeserve-split``  — ``edgeserve serve --mode split``: preprocessing in worker processes.
 * ``edgeserve-inline`` — ``edgeserve serve --mode inline``: the same preprocessing on the
   frontend's event loop (what the split buys).
+* ``edgeserve-split-onnx`` — ``edgeserve serve --mode split --encoder onnx``: the vision tower
+  on ONNX Runtime in the workers, vLLM given image embeddings (issue 13).
 * ``vllm``             — ``python -m vllm.entrypoints.openai.api_server`` (= ``vllm serve``).
 * ``vllm-asc2``        — the same with ``--api-server-count 2`` (two API processes share the
   image work).
@@ -53,6 +55,7 @@ KV_CACHE_BYTES = 256 * 1024 * 1024  # plenty for the tiny model; a fixed size st
 class ServerKind(enum.StrEnum):
     EDGESERVE_SPLIT = "edgeserve-split"
     EDGESERVE_INLINE = "edgeserve-inline"
+    EDGESERVE_SPLIT_ONNX = "edgeserve-split-onnx"
     VLLM = "vllm"
     VLLM_ASC2 = "vllm-asc2"
 
@@ -66,10 +69,13 @@ def server_argv(
     ``--max-pixels`` for edgeserve, ``--mm-processor-kwargs '{"max_pixels": N}'`` for vLLM.
     """
     py = sys.executable
-    if kind in (ServerKind.EDGESERVE_SPLIT, ServerKind.EDGESERVE_INLINE):
-        mode = "split" if kind is ServerKind.EDGESERVE_SPLIT else "inline"
+    if kind in (ServerKind.EDGESERVE_SPLIT, ServerKind.EDGESERVE_INLINE,
+                ServerKind.EDGESERVE_SPLIT_ONNX):
+        mode = "inline" if kind is ServerKind.EDGESERVE_INLINE else "split"
         argv = [py, "-m", "edgeserve", "serve", "--model", str(model), "--port", str(port),
                 "--mode", mode]
+        if kind is ServerKind.EDGESERVE_SPLIT_ONNX:
+            argv += ["--encoder", "onnx"]
         if max_pixels is not None:
             argv += ["--max-pixels", str(max_pixels)]
     else:

@@ -145,7 +145,9 @@ def add_parser(subparsers: Any, help_: str) -> None:
                              "vllm serve --api-server-count 2, same model, cores and workload.")
     compare.add_argument("--model-path", type=Path, default=Path("models/tiny-qwen2-vl"))
     compare.add_argument("--servers", default="edgeserve-split,edgeserve-inline,vllm,vllm-asc2",
-                         help="comma-separated server kinds, in order")
+                         help="comma-separated server kinds, in order: edgeserve-split, "
+                              "edgeserve-inline, edgeserve-split-onnx (--encoder onnx), vllm, "
+                              "vllm-asc2")
     compare.add_argument("--workloads", default="12mp,small",
                          help="comma-separated image size mixes, one sweep each")
     compare.add_argument("--workload-rates", action="append", default=[], metavar="NAME=RATES",
