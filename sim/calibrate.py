@@ -443,7 +443,7 @@ def calibrate_traces(data: TraceData) -> Calibration:
 
     On a CPU host the engine's steps and the preprocessing workers share cores, so the step model
     is fitted on the steps during which no worker was busy, and the slowdown of the others
-    (``κ`` per busy worker) is fitted after it; the simulator applies it through ``host:``."""
+    (``κ``, extra step seconds per second of worker activity) is fitted after it; the simulator applies it through ``host:``."""
     cal = calibrate(data.records)
     engine = data.meta.get("engine")
     cal.engine = dict(engine) if isinstance(engine, dict) else {}

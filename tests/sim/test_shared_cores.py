@@ -155,7 +155,7 @@ def test_a_host_section_loads_onto_a_step_engine_profile() -> None:
     assert prof.host is not None and (prof.host.cores, prof.host.engine_threads) == (2, 2)
 
 
-def test_a_measured_slowdown_per_busy_worker_stretches_steps_beyond_the_cores_share() -> None:
+def test_measured_contention_lengthens_a_step_by_kappa_per_second_of_worker_activity() -> None:
     # 4 cores would leave every step at 0.5 s, but the trace measured 1.2 s more step time per
     # second of worker activity (κ = 1.2). b's job (1.25–2.25) starts during a's prefill step
     # (1.0–1.5): 0.25 s of overlap extend it by 0.3 s, to 1.8. The next step would overlap the
