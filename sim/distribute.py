@@ -212,7 +212,7 @@ def _ray_stream(specs: list[RunSpec], cfg: ExecConfig) -> Iterator[tuple[int, Ru
                     raise e.as_instanceof_cause() from None
                 yield i, result
     finally:
-        for ref in refs:  # interrupted, or a run failed: stop what is left
-            ray.cancel(ref, force=True)
+        # interrupted, or a run failed: what is left ends with this driver's job (cancelling
+        # the tasks by force while their replies arrive crashed Ray 2.60's driver on Ctrl-C)
         if ours:
             ray.shutdown()
