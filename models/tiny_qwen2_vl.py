@@ -140,6 +140,25 @@ def _build_tokenizer(sizes: TinySizes) -> Tokenizer:
     return tok
 
 
+
+def already_built(out_dir: Path, fingerprint: str) -> bool:
+    """Whether ``out_dir`` holds a finished build with this fingerprint (its stamp file)."""
+    stamp = out_dir / "edgeserve_build.json"
+    if not stamp.exists():
+        return False
+    try:
+        return bool(json.loads(stamp.read_text()).get("fingerprint") == fingerprint)
+    except json.JSONDecodeError:
+        return False
+
+
+def building_dir(out_dir: Path) -> Path:
+    """An empty sibling folder to build into (renamed over ``out_dir`` when done)."""
+    tmp = out_dir.with_name(out_dir.name + ".building")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    return tmp
+
 def build(out_dir: Path = DEFAULT_DIR, sizes: TinySizes | None = None, *, force: bool = False) -> Path:
     """Write the tiny model to ``out_dir``; skip when an identical build is already there.
 
@@ -148,20 +167,13 @@ def build(out_dir: Path = DEFAULT_DIR, sizes: TinySizes | None = None, *, force:
     sizes = sizes or TinySizes()
     out_dir = Path(out_dir)
     fingerprint = _fingerprint(sizes)
-    stamp = out_dir / "edgeserve_build.json"
-    if not force and stamp.exists():
-        try:
-            if json.loads(stamp.read_text()).get("fingerprint") == fingerprint:
-                return out_dir
-        except json.JSONDecodeError:
-            pass
+    if not force and already_built(out_dir, fingerprint):
+        return out_dir
 
     import torch
     from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
 
-    tmp = out_dir.with_name(out_dir.name + ".building")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp = building_dir(out_dir)
 
     tok = _build_tokenizer(sizes)
     tok.save(str(tmp / "tokenizer.json"))

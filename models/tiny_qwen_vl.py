@@ -204,20 +204,13 @@ def build(fam: TinyFamily, out_dir: Path | None = None, sizes: TinySizes | None 
     sizes = sizes or TinySizes()
     out_dir = Path(out_dir or fam.default_dir)
     fingerprint = _fingerprint(fam, sizes)
-    stamp = out_dir / "edgeserve_build.json"
-    if not force and stamp.exists():
-        try:
-            if json.loads(stamp.read_text()).get("fingerprint") == fingerprint:
-                return out_dir
-        except json.JSONDecodeError:
-            pass
+    if not force and tiny_qwen2_vl.already_built(out_dir, fingerprint):
+        return out_dir
 
     import torch
     import transformers
 
-    tmp = out_dir.with_name(out_dir.name + ".building")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp = tiny_qwen2_vl.building_dir(out_dir)
     tok = tiny_qwen2_vl._build_tokenizer(sizes)
     tok.save(str(tmp / "tokenizer.json"))
     ids: dict[str, int] = {}
