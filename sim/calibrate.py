@@ -103,6 +103,7 @@ class Calibration:
     handoff_n: int = 0
     input_processing: StageFit | None = None  # vLLM's processing before a request is schedulable
     admission: dict[str, int] = field(default_factory=dict)
+    encode_in_worker: bool = False  # the runtime's encoder (--encoder onnx) ran in the workers
 
 
 STEP_FEATURES = ["prefill_tokens", "decode_tokens", "context_tokens", "encoder_tokens",
@@ -140,14 +141,20 @@ def step_features(s: EngineStep, kv_cache_tokens: int,
 
 
 def fit_steps(steps: Iterable[EngineStep], kv_cache_tokens: int = 0,
-              image_sizes: tuple[int, ...] = ()) -> StageFit | None:
+              image_sizes: tuple[int, ...] = (), embeds: bool = False) -> StageFit | None:
     """The step-time model from per-step records (``None`` with fewer than MIN_SAMPLES steps).
 
     Its ``cv`` is the spread *weighted by step time* (√(Σ residual² / Σ fitted²)): a 2 ms decode
     step that took 4 ms says little about how a 300 ms encoder step varies, while an unweighted
-    spread of ratios would let the many short steps set the noise of the long ones."""
+    spread of ratios would let the many short steps set the noise of the long ones.
+
+    ``embeds``: the engine was handed image embeddings (``--encoder onnx``), so its steps ran no
+    vision tower — whatever vLLM counts as encoder tokens then costs nothing to encode, and the
+    encoder terms are left out (zero) instead of soaking up prefill time."""
     rows = [(s.duration_s, *step_features(s, kv_cache_tokens, image_sizes))
             for s in steps if s.duration_s > 0]
+    if embeds:
+        rows = [(*r[:4], 0.0, 0.0) for r in rows]
     if len(rows) < MIN_SAMPLES:
         return None
     arr = np.asarray(rows, dtype=float)
@@ -160,6 +167,48 @@ def fit_steps(steps: Iterable[EngineStep], kv_cache_tokens: int = 0,
 def image_sizes(records: Iterable[RequestRecord]) -> tuple[int, ...]:
     """The image-token counts of the trace's one-image requests (distinct, sorted)."""
     return tuple(sorted({r.image_tokens for r in records if r.num_images == 1 and r.image_tokens}))
+
+
+def worker_encoder(meta: dict[str, Any]) -> bool:
+    """Whether a runtime trace's header says the vision encoder ran in the preprocessing workers
+    (``edgeserve serve --encoder onnx``: ``meta.encoder.kind`` is ``onnx``) and the engine was
+    handed image embeddings."""
+    enc = meta.get("encoder")
+    return isinstance(enc, dict) and str(enc.get("kind", "none")) not in ("", "none")
+
+
+ENCODE_FEATURES = ["image_tokens", "image_tokens_sq"]
+
+
+def fit_worker_encode(records: Iterable[RequestRecord]) -> StageFit | None:
+    """The worker-side encoder's service model, ``encode_end_s − normalize_end_s`` regressed on
+    image tokens and image tokens² (the tower's attention runs over all of an image's patches).
+
+    The encoder runs in the worker that has just patchified the image, right after it, so the
+    duration has no queueing in it and every one-image request counts (a request whose images went
+    to several workers has one span for all of them and is left out)."""
+    rows = [(float(r.encode_end_s) - float(r.normalize_end_s), r.image_tokens,
+             float(r.image_tokens) ** 2)
+            for r in records if r.outcome is Outcome.OK and r.num_images == 1 and r.image_tokens
+            and r.encode_end_s is not None and r.normalize_end_s is not None]
+    rows = [r for r in rows if r[0] >= 0 and math.isfinite(r[0])]
+    if len(rows) < MIN_SAMPLES:
+        return None
+    arr = np.asarray(rows, dtype=float)
+    fit = fit_linear("encode", arr[:, 1:], arr[:, 0], ENCODE_FEATURES)
+    fit.note = (f"in the preprocessing workers, {len(rows)} one-image requests; the engine got "
+                "image embeddings, so its steps have no encoder terms")
+    return fit
+
+
+def worker_busy_through_encode(recs: Iterable[RequestRecord]) -> dict[int, Intervals]:
+    """:func:`worker_busy` when the encoder runs in the workers: busy until the encode ends."""
+    spans: dict[int, list[tuple[float, float]]] = {}
+    for r in recs:
+        end = r.encode_end_s if r.encode_end_s is not None else r.normalize_end_s
+        if r.worker is not None and r.preproc_start_s is not None and end is not None:
+            spans.setdefault(r.worker, []).append((r.preproc_start_s, end))
+    return {w: Intervals(v) for w, v in spans.items()}
 
 
 @dataclass(slots=True)
@@ -456,14 +505,23 @@ def calibrate_traces(data: TraceData) -> Calibration:
     cal.steps = len(data.steps)
     kv = int(cal.engine.get("kv_cache_tokens") or 0)
     ok = [r for r in data.records if r.outcome is Outcome.OK]
-    busy = worker_busy(ok)
+    embeds = worker_encoder(data.meta)
+    busy = worker_busy_through_encode(ok) if embeds else worker_busy(ok)
+    if embeds:
+        cal.encode_in_worker = True
+        enc_fit = fit_worker_encode(ok)
+        if enc_fit is not None:
+            cal.fits["encode"] = enc_fit
+        else:
+            cal.fits.pop("encode", None)
+            cal.skipped["encode"] = "fewer than 5 one-image requests with an encode stage"
     quiet = [s for s in data.steps
              if sum(iv.fraction(s.t_s - s.duration_s, s.t_s) for iv in busy.values()) < 0.05]
     use_quiet = len(quiet) >= 4 * MIN_SAMPLES and cal.host_cores > 0
     sizes = image_sizes(ok)
     if data.steps:
         cal.input_processing = input_processing(ok, data.steps)
-    cal.step = fit_steps(quiet if use_quiet else data.steps, kv, sizes)
+    cal.step = fit_steps(quiet if use_quiet else data.steps, kv, sizes, embeds)
     if cal.step is not None:
         # vLLM's elapsed_ms covers the model's forward pass; scheduling, output processing and
         # the hand-off to the frontend happen between steps. The median gap between
@@ -514,6 +572,8 @@ def to_profile(cal: Calibration, base: dict[str, Any] | None, name: str,
     for stage, fit in cal.fits.items():
         entry = stages.setdefault(stage, {"unit": "gpu" if stage == "encode" else "cpu"})
         entry["model"] = fit.model()
+    if cal.encode_in_worker and "encode" in cal.fits:
+        _encode_on_the_workers(stages, prof)
     prof["stages"] = stages
     if cal.workers:  # the measured machine's preprocessing concurrency, not the base's
         units = {k: dict(v) for k, v in prof.get("units", {}).items()}
@@ -562,6 +622,16 @@ def to_profile(cal: Calibration, base: dict[str, Any] | None, name: str,
         prof["assumed"] = list(prof.get("assumed", [])) + [
             f"{s} not fitted ({why}); kept from the base profile" for s, why in cal.skipped.items()]
     return prof
+
+
+def _encode_on_the_workers(stages: dict[str, Any], prof: dict[str, Any]) -> None:
+    """The measured encoder ran in the preprocessing workers: its stage goes on the CPU stages'
+    unit, where the simulator runs it in the worker after normalize (:class:`sim.device.Device`)."""
+    cpu_unit = stages.get("image_decode", {}).get("unit")
+    if cpu_unit is None:
+        cpu_unit = next((k for k, v in prof.get("units", {}).items() if v.get("kind") == "cpu"),
+                        "cpu")
+    stages["encode"] = {**stages["encode"], "unit": cpu_unit}
 
 
 def format_fits(cal: Calibration) -> str:

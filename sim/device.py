@@ -120,11 +120,15 @@ class Device:
         self.static_w = profile.base_w + sum(u.idle_w * u.count for u in profile.units.values())
         self._cpu_u = names.index(st[StageName.IMAGE_DECODE].unit)
         self._enc_u = names.index(enc.unit) if enc is not None else -1
+        # an encode stage on the CPU stages' unit runs in the worker, after normalize, as the
+        # runtime's --encoder onnx does: the worker stays busy through it (no encoder queue)
+        self.enc_in_worker = enc is not None and self._enc_u == self._cpu_u
         self._llm_u = names.index(st[StageName.PREFILL].unit)
         self.cores = self._cap[self._cpu_u]
         self._free_cores = list(range(self.cores - 1, -1, -1))
         self.cpu_queue: deque[Job] = deque()
-        self.enc_servers = self._cap[self._enc_u] if enc is not None else 0
+        self.enc_servers = self._cap[self._enc_u] if enc is not None and not self.enc_in_worker \
+            else 0
         self._enc_free = self.enc_servers
         self.enc_queue: deque[Job] = deque()
         # the event callbacks, bound once (binding at every push allocates a method object)
@@ -535,22 +539,28 @@ class Device:
         t1 = now + self.decode.sample(job) * s
         t2 = t1 + self.resize.sample(job) * s
         t3 = t2 + self.normalize.sample(job) * s
+        end = t3
+        if self.enc_in_worker:
+            enc = self.encode
+            assert enc is not None
+            end = t3 + enc.sample(job) * s
+            rec.encode_end_s = end
         m = self._cpu_mean_s
-        self._cpu_mean_s = m + 0.05 * ((t3 - now) / clock - m)
+        self._cpu_mean_s = m + 0.05 * ((end - now) / clock - m)
         rec.preproc_start_s = now
         rec.decode_end_s = t1
         rec.resize_end_s = t2
         rec.normalize_end_s = t3
         if self.shared:
-            self._worker_end[rec.worker] = t3
+            self._worker_end[rec.worker] = end
             if self.step_kappa > 0.0 and self._step_engine is not None \
                     and self._step_engine.stepping:  # the running step shares the cores with it
                 e = self._step_engine
                 left = e.step_end_s - now
-                e.extend(self.step_kappa * (left if left < t3 - now else t3 - now))
+                e.extend(self.step_kappa * (left if left < end - now else end - now))
         if newly_busy:
             self._busy_delta(self._cpu_u, 1)
-        self.loop.at(t3, self._cpu_done_cb, job)
+        self.loop.at(end, self._cpu_done_cb, job)
 
     def _cpu_done(self, arg: Any) -> None:
         job: Job = arg
@@ -560,7 +570,7 @@ class Device:
             self._start_cpu(cpu_queue.popleft(), False)
         else:
             self._busy_delta(self._cpu_u, -1)
-        if self.encode is not None:
+        if self.encode is not None and not self.enc_in_worker:
             if self._enc_free:
                 self._start_enc(job)
             else:

@@ -25,6 +25,7 @@ FEATURES = (
     "decoded_pixels",  # pixels the decoder produces (JPEG: 1/2…1/8 scale in the DCT domain)
     "batch",  # decode step: requests in the running batch
     "context_tokens",  # decode step: KV tokens of the whole batch
+    "image_tokens_sq",  # image tokens squared (a vision encoder attends over all of an image's)
 )
 
 

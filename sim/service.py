@@ -82,13 +82,18 @@ class Draws:
         return self._unif[i]
 
 
+#: the features a request carries (the others, ``batch`` and ``context_tokens``, are the decode
+#: step's); ``image_tokens_sq`` is ``image_tokens²`` of the request's one image
+_JOB_FEATURES = (*FEATURES[:6], "image_tokens_sq")
+
+
 def _terms(*cfgs: ServiceModelConfig) -> tuple[float, list[int], list[float]]:
     """``Σ (base_s + Σ per[f] · job.f)`` over the models: the summed base and, in the order the
     features first appear, each non-zero feature's index in ``FEATURES`` and summed coefficient."""
     coef: dict[str, float] = {}
     for cfg in cfgs:
         for f, c in cfg.per.items():
-            if f in FEATURES[:6] and c != 0.0:
+            if f in _JOB_FEATURES and c != 0.0:
                 coef[f] = coef.get(f, 0.0) + c
     base = float(sum(cfg.base_s for cfg in cfgs))
     return base, [FEATURES.index(f) for f in coef], list(coef.values())
@@ -123,8 +128,10 @@ class Linear:
                 m += coef[i] * job.prompt_tokens
             elif k == 4:
                 m += coef[i] * job.output_tokens
-            else:
+            elif k == 5:
                 m += coef[i] * job.decoded_pixels
+            else:  # image_tokens_sq
+                m += coef[i] * job.image_tokens * job.image_tokens
         return m
 
     def __call__(self, job: Job) -> float:
