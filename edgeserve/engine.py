@@ -216,12 +216,18 @@ class Engine:
         if opts.kv_cache_memory_bytes is not None:
             out["kv_cache_memory_bytes"] = opts.kv_cache_memory_bytes
         if not out and current_platform.is_cpu():
+            import torch
+
+            ssm = engine_memory.cpu_ssm_dtype(
+                str(opts.extra.get("mamba_ssm_cache_dtype", "auto")),
+                avx512_bf16=bool(torch.cpu._is_avx512_bf16_supported()))
             geometry = engine_memory.KVGeometry.from_model_dir(
-                cfg.model, opts.dtype, str(opts.extra.get("kv_cache_dtype", "auto")))
+                cfg.model, opts.dtype, str(opts.extra.get("kv_cache_dtype", "auto")), ssm)
             plan = engine_memory.plan_kv_cache(
                 geometry, max_num_seqs=opts.max_num_seqs, max_model_len=opts.max_model_len,
                 node=engine_memory.node_memory(), weights_bytes=engine_memory.weights_bytes(cfg.model),
-                block_size=int(opts.extra.get("block_size") or engine_memory.CPU_BLOCK_SIZE_TOKENS))
+                block_size=int(opts.extra.get("block_size") or engine_memory.CPU_BLOCK_SIZE_TOKENS),
+                prefix_caching=opts.enable_prefix_caching)
             out["kv_cache_memory_bytes"] = plan.bytes_
             say(plan.explanation + " (override: --kv-cache-memory-bytes)")
         elif "kv_cache_memory_bytes" in out:

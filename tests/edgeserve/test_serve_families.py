@@ -1,11 +1,20 @@
-"""``edgeserve serve`` on the tiny Qwen3-VL (split mode) and Qwen2.5-VL (inline mode).
+"""``edgeserve serve`` on the tiny Qwen3-VL (inline mode), Qwen2.5-VL (split mode) and Qwen3.5
+(default flags: split).
 
 Specification: the server reads the family from the model folder; ``/v1/models`` and the trace
 header name it; an image request's prompt has the family's image tokens — one per 32×32 pixels
-of the smart-resized image for Qwen3-VL, per 28×28 for Qwen2.5-VL (qwen-vl-utils' own
-``smart_resize`` is the reference) — which the trace's request record counts too; ``--encoder
+of the smart-resized image for Qwen3-VL and Qwen3.5, per 28×28 for Qwen2.5-VL (qwen-vl-utils'
+own ``smart_resize`` is the reference) — which the trace's request record counts too; ``--encoder
 onnx``, whose export covers Qwen2-VL's tower only, is declined at start in one line and the
 server answers all the same. A folder of another family ends the start with one paragraph.
+Qwen3.5's hybrid language model gets a KV cache that vLLM itself reports as holding exactly
+``max_num_seqs`` requests of ``max_model_len`` (its linear-attention layers cost a fixed state
+per request, not KV per token).
+
+Modes: one engine start per family. The mode only decides where the family's spec is applied
+(worker processes or the frontend), so each geometry is served both ways: 32-px split (Qwen3.5),
+32-px inline (Qwen3-VL), 28-px split (Qwen2.5-VL here, Qwen2-VL in test_serve.py), 28-px inline
+(Qwen2-VL in test_serve_inline.py).
 """
 
 from __future__ import annotations
@@ -13,6 +22,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,6 +36,7 @@ from qwen_vl_utils import smart_resize  # the reference implementation, not ours
 from serve_process import ServerProcess
 
 from edgeserve import records
+from edgeserve.engine_memory import HybridLayout, KVGeometry, cpu_ssm_dtype
 from mm_preproc.spec import Family
 from models.tiny_qwen_vl import build_family
 
@@ -65,16 +76,16 @@ def ask(srv: ServerProcess, url: str, max_tokens: int) -> openai.types.Completio
     return out.usage
 
 
-@pytest.fixture(scope="module", params=[(Family.QWEN3_VL, "split"), (Family.QWEN2_5_VL, "inline")],
-                ids=["qwen3_vl-split", "qwen2_5_vl-inline"])
+@pytest.fixture(scope="module", params=[(Family.QWEN3_VL, "inline"), (Family.QWEN2_5_VL, "split")],
+                ids=["qwen3_vl-inline", "qwen2_5_vl-split"])
 def family_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
                   ) -> Iterator[tuple[Family, Path, ServerProcess, Path]]:
     family, mode = request.param
     model = build_family(family)
     d = tmp_path_factory.mktemp(family.value)
     trace = d / "trace.jsonl"
-    # --encoder onnx: declined for these families (see the module docstring); --mode: the
-    # two modes are covered by the two families to keep the suite to two engine starts
+    # --encoder onnx: declined for these families (see the module docstring); --mode: each
+    # geometry in both modes across the families, one engine start each (module docstring)
     srv = ServerProcess(["--model", str(model), "--mode", mode, "--encoder", "onnx",
                          "--trace", str(trace)], d / "server.log").start()
     yield family, model, srv, trace
@@ -100,6 +111,81 @@ def test_the_family_is_named_and_image_tokens_follow_its_rule(
         expected_prompt_tokens(model, w, h)[1] for w, h in [(640, 480), (1600, 1200)]]
     log = srv.log_path.read_text()
     assert "the ONNX export covers Qwen2-VL's vision tower only" in log
+
+
+QWEN3_5_SIZES = [(640, 480), (1920, 1080)]
+
+
+@pytest.fixture(scope="module")
+def qwen3_5_server(tmp_path_factory: pytest.TempPathFactory
+                   ) -> Iterator[tuple[Path, ServerProcess, Path]]:
+    """``edgeserve serve --model tiny-qwen3.5`` with default flags (``--trace`` only adds the
+    trace file the family is read back from)."""
+    model = build_family(Family.QWEN3_5)
+    d = tmp_path_factory.mktemp("qwen3_5")
+    trace = d / "trace.jsonl"
+    srv = ServerProcess(["--model", str(model), "--trace", str(trace)], d / "server.log").start()
+    yield model, srv, trace
+    srv.stop()
+
+
+def test_qwen3_5_is_named_in_v1_models(qwen3_5_server: tuple[Path, ServerProcess, Path]) -> None:
+    _, srv, _ = qwen3_5_server
+    assert srv.get_json("/v1/models")["data"][0]["family"] == "qwen3_5"
+
+
+@pytest.mark.parametrize(("size", "max_tokens"), zip(QWEN3_5_SIZES, [2, 5], strict=True),
+                         ids=["640x480", "1920x1080"])
+def test_qwen3_5_prompt_tokens_follow_the_32_px_rule_and_max_tokens_is_honoured(
+    qwen3_5_server: tuple[Path, ServerProcess, Path], size: tuple[int, int], max_tokens: int
+) -> None:
+    model, srv, _ = qwen3_5_server
+    w, h = size
+    usage = ask(srv, image_url(w, h, seed=w), max_tokens=max_tokens)
+    pre = json.loads((model / "preprocessor_config.json").read_text())
+    assert pre["patch_size"] * pre["merge_size"] == 32  # the rule expected_prompt_tokens applies
+    text, image = expected_prompt_tokens(model, w, h)
+    assert (usage.prompt_tokens, usage.completion_tokens) == (text + image, max_tokens)
+
+
+def test_qwen3_5_kv_cache_holds_max_num_seqs_requests_as_vllm_counts_them(
+    qwen3_5_server: tuple[Path, ServerProcess, Path]
+) -> None:
+    """vLLM's own start-up figures against the sizing: the attention block it grew to hold one
+    linear-attention layer's state, and its maximum concurrency at max_model_len, which is the
+    16 default sequences (plus the null block's 1/6) — counting the Gated DeltaNet layer as
+    attention, as the sizing did before, gave vLLM 18.83 requests' worth."""
+    import torch
+
+    model, srv, _ = qwen3_5_server
+    ssm = cpu_ssm_dtype("auto", avx512_bf16=bool(torch.cpu._is_avx512_bf16_supported()))
+    layout = HybridLayout.of(KVGeometry.from_model_dir(model, ssm_dtype=ssm))
+    said = re.search(r"vLLM's output: (\S+)\)", srv.log_path.read_text())
+    assert said is not None  # the server names its engine log at start
+    engine_log = Path(said.group(1)).read_text()
+    block = re.search(r"Setting attention block size to (\d+) tokens", engine_log)
+    assert block is not None and int(block.group(1)) == layout.block_tokens
+    found = re.search(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x",
+                      engine_log)
+    assert found is not None
+    assert int(found.group(1).replace(",", "")) == 4096
+    per_request = layout.blocks_per_request(4096)
+    assert float(found.group(2)) == pytest.approx((16 * per_request + 1) / per_request, abs=0.01)
+    assert "1 full-attention layers" in srv.log_path.read_text()
+
+
+def test_qwen3_5_trace_header_names_the_family(
+    qwen3_5_server: tuple[Path, ServerProcess, Path]
+) -> None:
+    model, srv, trace = qwen3_5_server
+    ask(srv, image_url(800, 600, seed=1), max_tokens=1)
+    srv.stop()  # closes the trace
+    lines = list(records.read_trace(trace))
+    header = next(r for r in lines if isinstance(r, records.TraceHeader))
+    assert header.meta["family"] == "qwen3_5"
+    assert not header.meta.get("fallbacks")
+    requests = [r for r in lines if isinstance(r, records.RequestRecord)]
+    assert requests[-1].image_tokens == expected_prompt_tokens(model, 800, 600)[1]
 
 
 def test_a_folder_of_another_family_fails_in_one_paragraph(tmp_path: Path) -> None:
