@@ -115,6 +115,12 @@ class RequestRecord(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False, 
     prompt_tokens: int = 0
     output_tokens: int = 0
     max_tokens: int = 0
+    # the prompt's shared prefix (a system prompt, few-shot examples): an id naming it and its
+    # length in tokens; a replay hands them to the simulator's prefix caches. ``cached_tokens``:
+    # prompt tokens found in a prefix cache (not computed by the prefill)
+    prefix_id: str | None = None
+    prefix_tokens: int = 0
+    cached_tokens: int = 0
     # timestamps
     arrived_s: float
     preproc_queued_s: float | None = None

@@ -38,7 +38,7 @@ from sim.batching import BatchEngine, Engine, StepModel
 from sim.deployment import SINGLE_GPU, Deployment
 from sim.job import Job
 from sim.loop import EventLoop
-from sim.prefix_cache import PrefixCache
+from sim.prefix_cache import PrefixCache, PrefixId
 from sim.profiles import CloudProfile, ModelShape
 from sim.service import Draws
 from sim.step_engine import StepEngine, first_computed
@@ -155,8 +155,10 @@ class CloudServer:
         self.prefix_caches: list[PrefixCache] = (
             [PrefixCache() for _ in range(replicas)] if deployment.prefix_caching else [])
         self.single = replicas == 1
-        #: the arrival callback: straight to the engine when there is nothing to route
+        #: the arrival callback: straight to the engine when there is nothing to route, through
+        #: the prefix caches when there are some
         self.arrive: Callable[[Any], None] = (
+            self.on_arrive_prefixed if self.prefix_caches else
             self.replicas[0].submit if replicas == 1 else self.on_arrive)
 
     def preprocess_s(self, job: Job) -> float:
@@ -173,7 +175,15 @@ class CloudServer:
         """Event: a request's bytes arrived and were preprocessed; queue it on a replica."""
         self.pick().submit(arg)
 
-    def submit_prefixed(self, job: Job, prefix_id: int, prefix_tokens: int) -> None:
+    def on_arrive_prefixed(self, arg: Any) -> None:
+        """Event: as :meth:`on_arrive`, the job's prefix (``job.prefix_id``) looked up first."""
+        job: Job = arg
+        if job.prefix_id is None:
+            self.pick().submit(job)
+        else:
+            self.submit_prefixed(job, job.prefix_id, job.prefix_tokens)
+
+    def submit_prefixed(self, job: Job, prefix_id: PrefixId, prefix_tokens: int) -> None:
         """A request whose prompt starts with prefix ``prefix_id`` of ``prefix_tokens`` tokens
         reaches the server: the least-loaded replica looks the prefix up in its cache (a hit sets
         ``job.cached_tokens``) and queues it. Without prefix caching it is :meth:`on_arrive`."""
@@ -189,8 +199,10 @@ class CloudServer:
         if self.prefix_caches and prefix_tokens > 0:
             budget = self.kv_capacity_tokens - engine.kv_used \
                 - job.prompt_tokens - job.output_tokens
-            job.cached_tokens = self.prefix_caches[i].lookup(
+            job.cached_tokens = hit = self.prefix_caches[i].lookup(
                 prefix_id, min(prefix_tokens, job.prompt_tokens), budget)
+            if hit:
+                job.rec.cached_tokens = hit
         engine.submit(job)
 
     def estimate_s(self, job: Job) -> float:

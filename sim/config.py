@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sim.deployment import BOX_DIR, Deployment
 from sim.profiles import CloudProfile, DeviceProfile
 from sim.schema import (
     ConfigError,
@@ -111,6 +112,36 @@ class ImageConfig:
             object.__setattr__(self, "max_pixels", spec.budget(1280))
 
 
+@dataclass(slots=True, frozen=True)
+class PrefixConfig:
+    """Shared prompt prefixes: the same system prompt or few-shot examples before many prompts.
+
+    ``count`` distinct prefixes of ``tokens`` tokens each open the prompt's text (so ``tokens``
+    is at most the workload's ``text_tokens``: enabling prefixes changes no prompt's length, only
+    what a prefix cache can skip). Request ``i`` draws prefix ``k`` with probability
+    ``∝ 1 / (k + 1)^zipf_s`` (0, the default: uniform; 1: the few popular apps of a Zipf law).
+    Prefix ids are ``NAME:k`` with ``name`` defaulting to the device entry's name, so every copy
+    of a fleet entry shares its prefixes and entries with the same ``name`` share theirs.
+    ``count: 0`` (the default): requests carry no prefix.
+    """
+
+    count: int = 0
+    tokens: int = 0
+    zipf_s: float = 0.0
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        non_negative(self.count, "count")
+        non_negative(self.tokens, "tokens")
+        non_negative(self.zipf_s, "zipf_s")
+        if self.count > 0:
+            require(self.tokens > 0, "tokens", "prefixes (count > 0) need tokens > 0")
+
+    @property
+    def on(self) -> bool:
+        return self.count > 0
+
+
 class WorkloadKind(enum.StrEnum):
     POISSON = "poisson"  # exponential inter-arrivals at rate_hz
     GAMMA = "gamma"  # bursty: gamma inter-arrivals with mean 1/rate_hz and coefficient of variation cv
@@ -132,6 +163,8 @@ class WorkloadConfig:
     image: ImageConfig = field(default_factory=ImageConfig)
     text_tokens: int = 32
     output_tokens: list[int] = field(default_factory=lambda: [32, 32])  # uniform [lo, hi]
+    # shared prompt prefixes (replay: for records that name none); default: none
+    prefix: PrefixConfig = field(default_factory=PrefixConfig)
 
     def __post_init__(self) -> None:
         positive(self.rate_hz, "rate_hz")
@@ -147,6 +180,10 @@ class WorkloadConfig:
                 f"must be [lo, hi] with 1 <= lo <= hi, got {lo_hi}")
         if self.kind is WorkloadKind.REPLAY:
             require(self.trace is not None, "trace", "a replay workload needs a trace file")
+        elif self.prefix.on:
+            require(self.prefix.tokens <= self.text_tokens, "prefix.tokens",
+                    f"a prefix opens the prompt's text: at most text_tokens ({self.text_tokens}), "
+                    f"got {self.prefix.tokens}")
 
 
 @dataclass(slots=True, frozen=True)
@@ -196,12 +233,41 @@ class DeviceEntry:
 
 @dataclass(slots=True, frozen=True)
 class CloudEntry:
+    """A cloud server: ``replicas`` copies of the profile's model, deployed as ``deployment``
+    says (:mod:`sim.deployment`: tensor parallelism, checkpoint size, prefix caching).
+
+    ``replicas`` left out is ``deployment.gpus // deployment.tp_size`` when the deployment names
+    its GPUs (a box), else 1 — so sweeping ``deployment.tp_size`` over a box of ``gpus`` GPUs
+    compares its layouts (4 GPUs: 4×TP1, 2×TP2, 1×TP4) at the same GPU count.
+    """
+
     name: str
     profile: CloudProfile
-    replicas: int = 1
+    replicas: int | None = None
+    deployment: Deployment = field(default_factory=Deployment)
 
     def __post_init__(self) -> None:
-        positive(self.replicas, "replicas")
+        d = self.deployment
+        if self.replicas is not None:
+            positive(self.replicas, "replicas")
+        else:
+            require(d.gpus == 0 or d.gpus >= d.tp_size, "deployment.tp_size",
+                    f"tp_size {d.tp_size} is more than the box's {d.gpus} GPUs")
+        if d.gpus:
+            require(self.replica_count * d.tp_size <= d.gpus, "replicas",
+                    f"{self.replica_count} replicas × tp_size {d.tp_size} need "
+                    f"{self.replica_count * d.tp_size} GPUs; the box has {d.gpus}")
+        if d.tp_size > 1:
+            require(self.profile.server.step is None, "deployment.tp_size",
+                    "tensor parallelism is priced by the roofline; this profile has a fitted "
+                    "server.step model, which is not re-priced (drop server.step or tp_size)")
+
+    @property
+    def replica_count(self) -> int:
+        if self.replicas is not None:
+            return self.replicas
+        d = self.deployment
+        return max(1, d.gpus // d.tp_size) if d.gpus else 1
 
 
 @dataclass(slots=True, frozen=True)
@@ -271,13 +337,16 @@ PER_DEVICE_AUTO_MAX = 100
 
 
 def resolve_profile_path(ref: str, base_dir: Path | None) -> Path:
-    """A profile reference is a path (relative to the scenario) or a name in models/profiles/."""
+    """A profile reference is a path (relative to the scenario) or a name in models/profiles/
+    (or, for cloud servers, a box profile's name in models/profiles/boxes/)."""
     if ref.endswith((".yaml", ".yml")) or "/" in ref:
         p = Path(ref)
         if not p.is_absolute() and base_dir is not None:
             p = base_dir / p
         return p
-    return PROFILE_DIR / f"{ref}.yaml"
+    p = PROFILE_DIR / f"{ref}.yaml"
+    box = BOX_DIR / f"{ref}.yaml"
+    return box if not p.exists() and box.exists() else p
 
 
 def available_profiles() -> list[str]:
@@ -312,6 +381,7 @@ def inline_profiles(raw: Any, base_dir: Path | None = None) -> Any:
                         f"(looked for {path}; shipped: {', '.join(available_profiles())})"
                     )
                 entry["profile"] = load_yaml(path)
+                _box_deployment(entry, section)
             if isinstance(entry, dict) and "profile_set" in entry:  # tweaks of a named profile
                 tweaks = entry.pop("profile_set")
                 if not isinstance(tweaks, dict) or not isinstance(entry.get("profile"), dict):
@@ -320,6 +390,19 @@ def inline_profiles(raw: Any, base_dir: Path | None = None) -> Any:
                 for key, value in tweaks.items():
                     set_path(entry["profile"], str(key), value)
     return raw
+
+
+def _box_deployment(entry: dict[str, Any], section: str) -> None:
+    """A box profile (a cloud profile with a ``deployment:`` section) named by a cloud entry:
+    its deployment becomes the entry's, the entry's own ``deployment`` keys winning."""
+    prof = entry["profile"]
+    if section != "cloud" or not isinstance(prof, dict) or "deployment" not in prof:
+        return
+    dep = dict(prof.pop("deployment") or {})
+    own = entry.get("deployment")
+    if isinstance(own, dict):
+        dep.update(own)
+    entry["deployment"] = dep
 
 
 def set_path(raw: Any, dotted: str, value: Any) -> None:

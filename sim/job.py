@@ -22,6 +22,8 @@ class Job:
         "engine",
         "image_tokens",
         "output_tokens",
+        "prefix_id",
+        "prefix_tokens",
         "prompt_tokens",
         "rec",
         "source_pixels",
@@ -40,6 +42,8 @@ class Job:
         output_tokens: int,
         cached_tokens: int = 0,
         decoded_pixels: int = -1,
+        prefix_id: str | None = None,
+        prefix_tokens: int = 0,
     ) -> None:
         self.rec = rec
         self.device = device
@@ -52,6 +56,9 @@ class Job:
         # pixels the decoder produces (fewer than source_pixels for a JPEG decoded at reduced
         # scale in the DCT domain); -1: the same as source_pixels
         self.decoded_pixels = source_pixels if decoded_pixels < 0 else decoded_pixels
+        # the prompt's shared prefix (its id and tokens), looked up in a cloud prefix cache
+        self.prefix_id = prefix_id
+        self.prefix_tokens = prefix_tokens
         self.tag = 0.0  # engine-private bookkeeping (the nominal prefill seconds)
         self.engine: Any = (
             None  # a device's alternative engine (model downgrade); None: the main one

@@ -106,6 +106,44 @@ def offload_share(results: list[RunResult], path: Path, key: str = "policy",
     return path
 
 
+def sweep_lines(data: list[dict[str, Any]], x_key: str, path: Path) -> Path:
+    """A sweep's p99 latency, TTFT p99 and SLO attainment against its axis ``x_key`` (a rate,
+    say), one line per combination of the other axes — for ``tp_size=1,2,4`` on a box, one line
+    per layout: where lines cross, replicas and TP trade places."""
+    from sim.sweep import coordinates
+
+    plt = _plt()
+    others = [k for k in coordinates(data) if k != x_key and len({d[k] for d in data}) > 1]
+    xs_all = list(dict.fromkeys(d[x_key] for d in data))
+    numeric = all(isinstance(x, int | float) and not isinstance(x, bool) for x in xs_all)
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+    lines: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for d in data:
+        lines.setdefault(tuple(d[k] for k in others), []).append(d)
+    for key, pts in lines.items():
+        label = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in zip(others, key, strict=True))
+        xs = [p[x_key] if numeric else xs_all.index(p[x_key]) for p in pts]
+        for ax, (m, scale) in zip(axes, (("e2e_p99_s", 1.0), ("ttft_p99_s", 1.0),
+                                         ("slo_attainment", 100.0)), strict=True):
+            ax.plot(xs, [p[m] * scale for p in pts], marker="o", label=label or "(sweep)")
+    for ax, title in zip(axes, ("end-to-end p99 (s)", "TTFT p99 (s)", "SLO attainment (%)"),
+                         strict=True):
+        ax.set_xlabel(x_key)
+        ax.set_ylabel(title)
+        if not numeric:
+            ax.set_xticks(range(len(xs_all)), [str(x) for x in xs_all])
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0].set_yscale("log")
+    axes[1].set_yscale("log")
+    fig.suptitle(f"sweep over {x_key}", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def all_plots(results: list[RunResult], out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [latency_cdf(results, out_dir / "latency_cdf.png"),

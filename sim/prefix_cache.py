@@ -28,6 +28,9 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+#: a prefix's name: a workload's ``NAME:k``, a runtime trace's key, or any int
+PrefixId = int | str
+
 
 class PrefixCache:
     """LRU of ``prefix id → tokens`` within a KV budget given at each lookup."""
@@ -35,7 +38,7 @@ class PrefixCache:
     __slots__ = ("entries", "evictions", "hit_tokens", "hits", "misses", "used_tokens")
 
     def __init__(self) -> None:
-        self.entries: OrderedDict[int, int] = OrderedDict()  # oldest first
+        self.entries: OrderedDict[PrefixId, int] = OrderedDict()  # oldest first
         self.used_tokens = 0
         self.hits = 0
         self.misses = 0
@@ -48,7 +51,7 @@ class PrefixCache:
             self.used_tokens -= tokens
             self.evictions += 1
 
-    def lookup(self, prefix_id: int, prefix_tokens: int, budget_tokens: int) -> int:
+    def lookup(self, prefix_id: PrefixId, prefix_tokens: int, budget_tokens: int) -> int:
         """Tokens of ``prefix_id`` found cached (0 on a miss, which caches it if it fits)."""
         self._evict_to(budget_tokens)
         cached = self.entries.get(prefix_id)
@@ -64,7 +67,7 @@ class PrefixCache:
             self.used_tokens += prefix_tokens
         return 0
 
-    def __contains__(self, prefix_id: int) -> bool:
+    def __contains__(self, prefix_id: PrefixId) -> bool:
         return prefix_id in self.entries
 
     @property

@@ -11,7 +11,11 @@ What a summary reports, per device and for the whole fleet:
 - throughput: finished requests per simulated second;
 - energy per request: device energy (compute + radio) over finished requests, joules;
 - time throttled: the share of time spent below the top clock level;
-- offload share, battery left, peak temperature.
+- offload share, battery left, peak temperature;
+
+and per cloud server (:class:`CloudSummary`): its layout (replicas × TP), the KV tokens of a
+replica, the requests it served and, with prefix caching, its prefix-cache lookups, hits, hit
+rate, tokens not recomputed and evictions.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from sim.stats import DeviceStats
 
 if TYPE_CHECKING:
+    from sim.cloud import CloudServer
     from sim.simulation import Simulation
 
 
@@ -52,6 +57,35 @@ class DeviceSummary:
 
 
 @dataclass(slots=True)
+class CloudSummary:
+    """One cloud server: its layout and, with prefix caching, what its caches saved."""
+
+    name: str
+    replicas: int
+    tp_size: int
+    kv_tokens_per_replica: int
+    prefix_caching: bool = False
+    prefix_lookups: int = 0
+    prefix_hits: int = 0
+    prefix_hit_rate: float = 0.0  # hits / lookups (0 without lookups)
+    prefix_hit_tokens: int = 0  # prompt tokens read from the caches instead of computed
+    prefix_evictions: int = 0
+
+
+def cloud_summary(server: CloudServer) -> CloudSummary:
+    caches = server.prefix_caches
+    hits = sum(c.hits for c in caches)
+    lookups = hits + sum(c.misses for c in caches)
+    return CloudSummary(
+        name=server.name, replicas=len(server.replicas), tp_size=server.deployment.tp_size,
+        kv_tokens_per_replica=server.kv_capacity_tokens, prefix_caching=bool(caches),
+        prefix_lookups=lookups, prefix_hits=hits,
+        prefix_hit_rate=hits / lookups if lookups else 0.0,
+        prefix_hit_tokens=sum(c.hit_tokens for c in caches),
+        prefix_evictions=sum(c.evictions for c in caches))
+
+
+@dataclass(slots=True)
 class Summary:
     scenario: str
     policy: str
@@ -63,6 +97,7 @@ class Summary:
     events: int
     extra: dict[str, Any] = field(default_factory=dict)
     classes: list[DeviceSummary] = field(default_factory=list)  # one row per device entry
+    clouds: list[CloudSummary] = field(default_factory=list)  # one row per cloud server
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -160,7 +195,7 @@ def summarize(sim: Simulation) -> Summary:
     return Summary(scenario=sim.scenario.name, policy=sim.policy.name, seed=sim.seed,
                    sim_time_s=now, devices=rows, fleet=fleet_row,
                    mean_in_system=sim.mean_in_system, events=sim.loop.events,
-                   classes=class_rows)
+                   classes=class_rows, clouds=[cloud_summary(c) for c in sim.clouds.values()])
 
 
 def _fmt(x: float | None, unit: str = "", digits: int = 3) -> str:
@@ -208,4 +243,16 @@ def format_summary(s: Summary) -> str:
             for k, _, u in COLUMNS])
     title = (f"scenario {s.scenario}, policy {s.policy}, seed {s.seed}: "
              f"{s.sim_time_s:.1f} s simulated, {s.events} events")
-    return title + "\n" + table(rows, header)
+    return "\n".join([title, table(rows, header), *(format_cloud(c) for c in s.clouds)])
+
+
+def format_cloud(c: CloudSummary) -> str:
+    """``cloud h100: 2 replicas × TP2, 1,234,567 KV tokens/replica, prefix cache 812/1000 hits
+    (81.2%), 324,800 tokens not recomputed, 3 evictions``."""
+    line = (f"cloud {c.name}: {c.replicas} replica{'s' if c.replicas != 1 else ''} × "
+            f"TP{c.tp_size}, {c.kv_tokens_per_replica:,} KV tokens/replica")
+    if c.prefix_caching:
+        line += (f", prefix cache {c.prefix_hits}/{c.prefix_lookups} hits "
+                 f"({100 * c.prefix_hit_rate:.1f}%), {c.prefix_hit_tokens:,} tokens not "
+                 f"recomputed, {c.prefix_evictions} evictions")
+    return line

@@ -85,8 +85,8 @@ class Simulation:
         self.writer: TraceWriter | None = None
         seed_s = str(self.seed)
         self.clouds: dict[str, CloudServer] = {
-            c.name: CloudServer(self.loop, c.name, c.profile, c.replicas, self._cloud_done,
-                                seed_s)
+            c.name: CloudServer(self.loop, c.name, c.profile, c.replica_count,
+                                self._cloud_done, seed_s, c.deployment)
             for c in scenario.cloud
         }
         default_cloud = next(iter(self.clouds.values()), None)
@@ -98,8 +98,10 @@ class Simulation:
                 dev = Device(self.loop, name, profile, link, cloud, seed_s, self._finished)
                 self.devices.append(dev)
                 self._stats.register(name, entry.name)
-                src = _Source(dev, arrivals(workload, random.Random(f"{seed_s}:workload:{name}")),
-                              ImageGeometry(workload.image))
+                stream = arrivals(workload, random.Random(f"{seed_s}:workload:{name}"),
+                                  entry.name, random.Random(f"{seed_s}:prefix:{name}")
+                                  if workload.prefix.on else None)
+                src = _Source(dev, stream, ImageGeometry(workload.image))
                 self._sources.append(src)
         if trace_path is not None:
             self.writer = TraceWriter(trace_path, TraceHeader(
@@ -254,7 +256,8 @@ class Simulation:
             return  # the source was closed (request budget reached) after this was scheduled
         # the arrival's fields stay the objects they are: unpacked into typed locals, compiled
         # code would unbox the ints and box them again (allocating) for the record
-        t, w, h, b, text, out, deadline = cast("tuple[float, Any, Any, Any, Any, Any, Any]", nxt)
+        t, w, h, b, text, out, deadline, prefix = cast(
+            "tuple[float, Any, Any, Any, Any, Any, Any, Any]", nxt)
         dev = src.device
         self.arrived = arrived = self.arrived + 1
         n = src.n = src.n + 1
@@ -272,6 +275,9 @@ class Simulation:
             target_height=th, image_tokens=itok, prompt_tokens=prompt, output_tokens=out,
             max_tokens=out, deadline_s=deadline)
         job = Job(rec, dev, w * h, tw * th, itok, prompt, out, 0, dec)
+        if prefix is not None:
+            job.prefix_id = rec.prefix_id = prefix[0]
+            job.prefix_tokens = rec.prefix_tokens = prefix[1]
         # the next arrival is drawn before the decision, so policies cannot shift arrivals
         if arrived >= self.max_requests:
             self._stop_sources()

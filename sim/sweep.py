@@ -6,6 +6,12 @@ the Cartesian product of the axes, times policies, times seeds. Each point is an
 (:func:`sim.runner.run_spec`), so the pool scales to the cores available; with a Ray address the
 runs go to a Ray cluster instead, one task per run (:mod:`sim.distribute`).
 
+Replicas or tensor parallelism? A cloud entry's ``deployment`` is part of the scenario, so
+``cloud[0].deployment.tp_size=1,2,4`` is an axis like any other; on a box (``deployment.gpus``
+set, replicas left out) each TP degree gets ``gpus / tp_size`` replicas, so the points compare
+layouts of the same GPUs. With a rate axis last, :func:`verdict` names the best point per rate
+and :func:`sim.plots.sweep_lines` draws p99 latency, TTFT p99 and SLO attainment against it.
+
 Results come back as runs finish. With an output folder each one is written down at once
 (:mod:`sim.sweep_store`), and a sweep started again on the same folder runs only what is missing.
 """
@@ -117,6 +123,22 @@ def sweep(raw: dict[str, Any], axes: list[tuple[str, list[Any]]], policies: list
     return run_specs(specs_for(raw, axes, policies, seeds), cfg, out, progress).results
 
 
+#: what a sweep reports beyond :data:`sim.compare.METRICS`: the fleet's TTFT p99 and the cloud
+#: servers' prefix-cache hit rate (hits / lookups over all of them; 0 without prefix caching)
+SWEEP_METRICS: list[tuple[str, str, float, str]] = [
+    *METRICS,
+    ("ttft_p99_s", "ttft p99 ms", 1000, ".0f"),
+    ("cloud_hit_rate", "cloud hit %", 100, ".1f"),
+]
+
+
+def _metric(r: RunResult, m: str) -> float:
+    if m == "cloud_hit_rate":
+        lookups = sum(c.prefix_lookups for c in r.summary.clouds)
+        return sum(c.prefix_hits for c in r.summary.clouds) / lookups if lookups else 0.0
+    return float(getattr(r.summary.fleet, m))
+
+
 def rows(results: list[RunResult]) -> list[dict[str, Any]]:
     """Aggregate seeds: one row per grid point and policy, metric means and CI half-widths."""
     groups: dict[tuple[Any, ...], list[RunResult]] = {}
@@ -126,9 +148,12 @@ def rows(results: list[RunResult]) -> list[dict[str, Any]]:
     out = []
     for key, rs in groups.items():
         row: dict[str, Any] = dict(key)
+        if rs[0].summary.clouds:  # replicas × TP of each cloud server (a box's follow tp_size)
+            row["layout"] = " + ".join(f"{c.replicas}×TP{c.tp_size}"
+                                       for c in rs[0].summary.clouds)
         row["seeds"] = len(rs)
-        for m, *_ in METRICS:
-            mean, ci = mean_ci95([float(getattr(r.summary.fleet, m)) for r in rs])
+        for m, *_ in SWEEP_METRICS:
+            mean, ci = mean_ci95([_metric(r, m) for r in rs])
             row[m] = mean
             row[f"{m}_ci95"] = ci
         out.append(row)
@@ -144,16 +169,47 @@ def write_csv(path: str | Path, data: list[dict[str, Any]]) -> None:
         w.writerows(data)
 
 
+def coordinates(data: list[dict[str, Any]]) -> list[str]:
+    """The keys of a row that name its grid point (axes and policy), in order."""
+    return [k for k in data[0] if k not in {m for m, *_ in SWEEP_METRICS}
+            and not k.endswith("_ci95") and k != "seeds"] if data else []
+
+
+def verdict(data: list[dict[str, Any]], x_key: str) -> list[str]:
+    """Per value of ``x_key`` (a rate, say), the grid point with the highest SLO attainment,
+    ties to the lower p99 latency: ``x_key=V: best AXIS=… (SLO 99.5 %, p99 812 ms); then …``.
+    When nothing but ``x_key`` varies, one line ranks its values."""
+    varying = [k for k in coordinates(data) if len({d[k] for d in data}) > 1]
+    others = [k for k in varying if k not in (x_key, "layout")]  # (layout follows the axes)
+    groups: dict[Any, list[dict[str, Any]]] = {}
+    for d in data:
+        groups.setdefault(d[x_key] if others else None, []).append(d)
+    named = [k for k in varying if k != x_key] if others else varying
+
+    def name(d: dict[str, Any]) -> str:
+        return ", ".join(f"{k}={d[k]}" for k in named)
+
+    def figs(d: dict[str, Any]) -> str:
+        return f"SLO {100 * d['slo_attainment']:.1f} %, p99 {1000 * d['e2e_p99_s']:.0f} ms"
+
+    out = []
+    for x, pts in groups.items():
+        pts = sorted(pts, key=lambda d: (-d["slo_attainment"], d["e2e_p99_s"]))
+        rest = "; ".join(f"{name(d)}: {figs(d)}" for d in pts[1:])
+        out.append((f"{x_key}={x}: " if others else "")
+                   + f"best {name(pts[0])} ({figs(pts[0])})" + (f"; then {rest}" if rest else ""))
+    return out
+
+
 def format_sweep(data: list[dict[str, Any]]) -> str:
     if not data:
         return "(no runs)"
-    keys = [k for k in data[0] if k not in {m for m, *_ in METRICS}
-            and not k.endswith("_ci95") and k != "seeds"]
-    header = keys + [c for _, c, _, _ in METRICS]
+    keys = coordinates(data)
+    header = keys + [c for _, c, _, _ in SWEEP_METRICS]
     body = []
     for d in data:
         row = [str(d[k]) for k in keys]
-        for m, _, scale, fmt in METRICS:
+        for m, _, scale, fmt in SWEEP_METRICS:
             row.append(f"{d[m] * scale:{fmt}} ± {d[m + '_ci95'] * scale:{fmt}}")
         body.append(row)
     return table(body, header)

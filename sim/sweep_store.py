@@ -25,7 +25,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from sim.report import DeviceSummary, Summary
+from sim.report import CloudSummary, DeviceSummary, Summary
 from sim.runner import RunResult, RunSpec
 
 FILE_NAME = "sweep-runs.jsonl"
@@ -54,12 +54,13 @@ def run_key(spec: RunSpec, sources: str) -> str:
 def summary_from_dict(d: dict[str, Any]) -> Summary:
     """The inverse of :meth:`Summary.to_dict`."""
     names = {f.name for f in fields(Summary)}
-    rows = {"devices", "fleet", "classes"}
+    rows = {"devices", "fleet", "classes", "clouds"}
     kw = {k: v for k, v in d.items() if k in names and k not in rows}
     kw["devices"] = [DeviceSummary(**r) for r in d["devices"]]
     kw["fleet"] = DeviceSummary(**d["fleet"])
     if "classes" in names:
         kw["classes"] = [DeviceSummary(**r) for r in d.get("classes", [])]
+    kw["clouds"] = [CloudSummary(**r) for r in d.get("clouds", [])]
     return Summary(**kw)
 
 

@@ -13,6 +13,12 @@ uniformly from ``output_tokens = [lo, hi]``. The model's input size follows Qwen
 ``smart_resize``: both sides rounded to multiples of 28 px, the area kept within
 ``[min_pixels, max_pixels]``; one image token per 28×28 px.
 
+A workload may open its prompts with shared prefixes (``prefix: {count, tokens, zipf_s}``, see
+:class:`~sim.config.PrefixConfig`): each request then names one, ``(prefix id, tokens)``, which a
+cloud server with prefix caching looks up (:mod:`sim.prefix_cache`). A replayed trace keeps the
+prefix its records name (``prefix_id``, ``prefix_tokens``), and draws from ``prefix`` for those
+that name none.
+
 Every workload draws from its own random stream, seeded by (scenario seed, device name), so runs
 with the same seed see the same arrivals whatever the policy does with them.
 """
@@ -26,10 +32,13 @@ from collections.abc import Iterator
 from itertools import accumulate
 
 from edgeserve.records import RequestRecord, read_trace
-from sim.config import ImageConfig, WorkloadConfig, WorkloadKind
+from sim.config import ImageConfig, PrefixConfig, WorkloadConfig, WorkloadKind
 
-#: (t_s, width, height, image_bytes, text_tokens, output_tokens, deadline_s | None)
-Arrival = tuple[float, int, int, int, int, int, float | None]
+#: a request's shared prompt prefix: (prefix id, tokens)
+Prefix = tuple[str, int]
+#: (t_s, width, height, image_bytes, text_tokens, output_tokens, deadline_s | None,
+#: prefix | None)
+Arrival = tuple[float, int, int, int, int, int, float | None, Prefix | None]
 
 
 def smart_resize(height: int, width: int, factor: int = 28, min_pixels: int = 56 * 56,
@@ -90,11 +99,47 @@ class ImageGeometry:
         return hit
 
 
-def arrivals(cfg: WorkloadConfig, rng: random.Random) -> Iterator[Arrival]:
-    """The endless (or, for replay, finite) arrival stream of one device."""
+class PrefixDraw:
+    """Draws a request's prefix: ``k`` with probability ``∝ 1 / (k + 1)^zipf_s``; the
+    ``(id, tokens)`` tuples are built once, so a draw allocates nothing."""
+
+    __slots__ = ("cum", "prefixes", "rand", "total")
+
+    def __init__(self, cfg: PrefixConfig, name: str, rng: random.Random) -> None:
+        label = cfg.name if cfg.name is not None else name
+        self.prefixes: list[Prefix] = [(f"{label}:{k}", cfg.tokens) for k in range(cfg.count)]
+        self.cum = list(accumulate((k + 1) ** -cfg.zipf_s for k in range(cfg.count)))
+        self.total = self.cum[-1]
+        self.rand = rng.random
+
+    def __call__(self) -> Prefix:
+        if len(self.prefixes) == 1:
+            return self.prefixes[0]
+        k = bisect.bisect_right(self.cum, self.rand() * self.total)
+        return self.prefixes[min(k, len(self.prefixes) - 1)]
+
+
+def arrivals(cfg: WorkloadConfig, rng: random.Random, name: str = "",
+             prefix_rng: random.Random | None = None) -> Iterator[Arrival]:
+    """The endless (or, for replay, finite) arrival stream of one device; ``name`` (the device
+    entry's) labels its prefixes unless ``prefix.name`` does. Prefixes are drawn from
+    ``prefix_rng`` (default: ``rng``): a stream of their own leaves the arrivals as they are
+    without prefixes, so runs with and without them are paired."""
+    draw = PrefixDraw(cfg.prefix, name, prefix_rng or rng) if cfg.prefix.on else None
     if cfg.kind is WorkloadKind.REPLAY:
-        yield from _replay(cfg)
-        return
+        return _replay(cfg, draw)
+    if draw is not None:
+        return _prefixed(_synthetic(cfg, rng), draw)
+    return _synthetic(cfg, rng)
+
+
+def _prefixed(stream: Iterator[Arrival], draw: PrefixDraw) -> Iterator[Arrival]:
+    """``stream`` with a prefix drawn after each arrival's other features."""
+    for t, w, h, b, text, out, deadline, _ in stream:
+        yield (t, w, h, b, text, out, deadline, draw())
+
+
+def _synthetic(cfg: WorkloadConfig, rng: random.Random) -> Iterator[Arrival]:
     img = cfg.image
     sizes = [(s.width, s.height, int(s.width * s.height * img.jpeg_bytes_per_pixel))
              for s in img.sizes]
@@ -120,7 +165,7 @@ def arrivals(cfg: WorkloadConfig, rng: random.Random) -> Iterator[Arrival]:
             for ph in phases:
                 w, h, b, out = features()
                 t = base + ph
-                yield (t, w, h, b, text, out, t + deadline)
+                yield (t, w, h, b, text, out, t + deadline, None)
             k += 1
     t = 0.0
     dl = cfg.deadline_s
@@ -133,7 +178,7 @@ def arrivals(cfg: WorkloadConfig, rng: random.Random) -> Iterator[Arrival]:
             if not single:  # features(), inlined
                 w, h, b = sizes[bisect_right(cum, rand() * total)]
             out = lo + int(rand() * span)
-            yield (t, w, h, b, text, out, None if dl is None else t + dl)
+            yield (t, w, h, b, text, out, None if dl is None else t + dl, None)
     # gamma: shape k = 1/cv², scale θ = cv²/rate gives mean 1/rate and the requested cv
     shape = 1.0 / (cfg.cv * cfg.cv)
     scale = cfg.cv * cfg.cv / cfg.rate_hz
@@ -141,24 +186,30 @@ def arrivals(cfg: WorkloadConfig, rng: random.Random) -> Iterator[Arrival]:
     while True:
         t += gamma(shape, scale)
         w, h, b, out = features()
-        yield (t, w, h, b, text, out, None if dl is None else t + dl)
+        yield (t, w, h, b, text, out, None if dl is None else t + dl, None)
 
 
-def _replay(cfg: WorkloadConfig) -> Iterator[Arrival]:
-    """Arrivals of a recorded trace, sorted by arrival, starting at t = 0."""
+def _replay(cfg: WorkloadConfig, draw: PrefixDraw | None) -> Iterator[Arrival]:
+    """Arrivals of a recorded trace, sorted by arrival, starting at t = 0; a record's prefix
+    (``prefix_id``, ``prefix_tokens``) goes with it, ``draw`` gives one to records without."""
     assert cfg.trace is not None
-    rows: list[tuple[float, int, int, int, int, int]] = []
+    rows: list[tuple[float, int, int, int, int, int, Prefix | None]] = []
     for item in read_trace(cfg.trace):
         if isinstance(item, RequestRecord) and (
                 cfg.trace_device is None or item.device == cfg.trace_device):
             text = max(0, item.prompt_tokens - item.image_tokens)
+            prefix = (item.prefix_id, item.prefix_tokens) \
+                if item.prefix_id is not None and item.prefix_tokens > 0 else None
             rows.append((item.arrived_s, item.source_width, item.source_height,
-                         item.image_bytes, text, max(1, item.output_tokens or item.max_tokens)))
-    rows.sort()
+                         item.image_bytes, text, max(1, item.output_tokens or item.max_tokens),
+                         prefix))
+    rows.sort(key=lambda r: r[:6])  # as before prefixes: ties by sizes, then file order
     if not rows:
         return
     t0 = rows[0][0]
     dl = cfg.deadline_s
-    for t, w, h, b, text, out in rows:
+    for t, w, h, b, text, out, prefix in rows:
         ts = (t - t0) * cfg.time_scale
-        yield (ts, w, h, b, text, out, None if dl is None else ts + dl)
+        if prefix is None and draw is not None:
+            prefix = draw()
+        yield (ts, w, h, b, text, out, None if dl is None else ts + dl, prefix)

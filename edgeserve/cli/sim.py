@@ -7,8 +7,11 @@ Subcommands:
 * ``compare [SCENARIO]`` several policies on the same workload and seeds; mean ± 95 % CI table,
                          latency CDF, temperature/clock and offload-share plots.
 * ``sweep [SCENARIO]``   a parameter grid (``--param KEY=V1,V2``) × policies × seeds on a local
-                         process pool or a Ray cluster (``--ray [ADDRESS]``); table and CSV;
-                         with ``--out`` an interrupted sweep resumes where it stopped.
+                         process pool or a Ray cluster (``--ray [ADDRESS]``); table, CSV, the
+                         best point per value of the last axis, a plot against it (``--plots``);
+                         with ``--out`` an interrupted sweep resumes where it stopped. Replicas
+                         or TP: ``--param cloud[0].deployment.tp_size=1,2,4`` (scenario
+                         ``replicas-tp``).
 * ``replicas-tp``        replicas or tensor parallelism for a box's GPUs at a rate and SLO
                          (``sim/replicas_tp.py``); table, verdict, JSON and a plot.
 * ``profiles`` / ``policies``  list what ships.
@@ -72,10 +75,18 @@ def add_parser(subparsers: Any, help_: str) -> None:
         description="A grid of runs (--param axes × --policies × --seeds) on a local process pool "
                     "or a Ray cluster. With --out every finished run is written to "
                     "OUT/sweep-runs.jsonl at once; the same command on the same --out resumes an "
-                    "interrupted sweep, running only the missing points.")
+                    "interrupted sweep, running only the missing points. After the table: per "
+                    "value of the last --param, the point with the highest SLO attainment; "
+                    "--plots draws p99 latency, TTFT p99 and SLO attainment against the last "
+                    "--param (OUT/sweep.png). Replicas or tensor parallelism on a box: "
+                    "edgeserve sim sweep replicas-tp --param 'cloud[0].deployment.tp_size=1,2,4' "
+                    "--param 'devices[0].workload.rate_hz=0.1,0.2,0.3' --plots --out OUT "
+                    "(a box's replicas default to its GPUs / tp_size).")
     _common(sw)
     sw.add_argument("--param", action="append", default=[], metavar="KEY=V1,V2,…",
-                    help="a sweep axis (repeatable; the grid is their product)")
+                    help="a sweep axis (repeatable; the grid is their product; the last one is "
+                         "the x axis of the verdict and the plot), e.g. "
+                         "cloud[0].deployment.tp_size=1,2,4")
     sw.add_argument("--policies", default="", help="comma-separated policies (default: scenario's)")
     sw.add_argument("--seeds", type=int, default=1, help="number of seeds (0..N-1)")
     sw.add_argument("--workers", type=int, default=0,
@@ -217,7 +228,15 @@ def _compare(args: argparse.Namespace) -> int:
 def _sweep(args: argparse.Namespace) -> int:
     from sim.distribute import ExecConfig, import_ray
     from sim.runner import load_raw
-    from sim.sweep import format_sweep, parse_axis, rows, run_specs, specs_for, write_csv
+    from sim.sweep import (
+        format_sweep,
+        parse_axis,
+        rows,
+        run_specs,
+        specs_for,
+        verdict,
+        write_csv,
+    )
     from sim.sweep_store import FILE_NAME
 
     if not args.param:
@@ -247,14 +266,18 @@ def _sweep(args: argparse.Namespace) -> int:
         print(f"resumed: {run.reused} of {len(specs)} runs read from {store}, {run.ran} run now")
     data = rows(run.results)
     print(format_sweep(data))
+    x_key = axes[-1][0]
+    if len(data) > 1:
+        print("\n".join(verdict(data, x_key)))
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         write_csv(args.out / "sweep.csv", data)
         print(f"wrote {args.out / 'sweep.csv'}")
         if args.plots:
-            from sim.plots import latency_cdf
+            from sim.plots import latency_cdf, sweep_lines
 
             print(f"wrote {latency_cdf(run.results, args.out / 'latency_cdf.png', key='policy')}")
+            print(f"wrote {sweep_lines(data, x_key, args.out / 'sweep.png')}")
     return 0
 
 
