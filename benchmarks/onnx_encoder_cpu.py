@@ -11,6 +11,11 @@ safetensors) and the same inputs, alternately (A B A B …) after a warm-up:
   with vLLM's own weight loader, in the model's dtype (bfloat16 here, as ``vllm serve`` runs it),
   ``torch.set_num_threads(--threads)``, attention through vLLM's CPU path (SDPA per frame).
 
+* **openvino** (``--openvino``, on by default when the ``openvino`` package is installed) — the
+  same ``encoder.onnx`` compiled by OpenVINO's runtime (:class:`models.onnx_encoder.OpenVinoEncoder`,
+  ``--encoder-provider openvino:CPU``), at its default CPU precision: bfloat16 where the CPU has
+  AMX or AVX-512 BF16. Its error is printed against the float32 graph's output (``max|ov-onnx|``).
+
 Inputs are photographs of the benchmark workloads (``1mp`` = 1280×800, ``12mp`` = 4000×3000,
 edgeserve.bench.workload), preprocessed by :mod:`mm_preproc` at the model's pixel limit (the
 full 1280-token budget for the tiny model: a 12 MP photo becomes 1288×966 pixels). CPU time is
@@ -20,6 +25,8 @@ CPU-s of each, the median of the per-pair ratios vllm / onnx with min and max (t
 expect about 1e-2 of values around 0.3: a check that both are the same tower, not a tolerance).
 
     .venv/bin/python benchmarks/onnx_encoder_cpu.py --sizes 1mp,12mp --rounds 5
+
+The rounds go A B C A B C … (onnx, vllm, openvino).
 """
 
 from __future__ import annotations
@@ -105,17 +112,24 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=5, help="timed A/B pairs per size, after a warm-up")
     p.add_argument("--threads", type=int, default=1, help="threads of each (intra-op / torch)")
     p.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
+    p.add_argument("--openvino", action=argparse.BooleanOptionalAction, default=None,
+                   help="also time OpenVINO's runtime on the graph (default: when installed)")
     args = p.parse_args()
+    if args.openvino is None:
+        import importlib.util
+
+        args.openvino = importlib.util.find_spec("openvino") is not None
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
     import torch
     from vllm.config import set_current_vllm_config
 
-    from models.onnx_encoder import EncoderMeta, OnnxEncoder
+    from models.onnx_encoder import EncoderMeta, OnnxEncoder, OpenVinoEncoder
 
     torch.set_num_threads(args.threads)
     graph = (args.encoder or args.model / "onnx") / "encoder.onnx"
     onnx = OnnxEncoder(graph, intra_op_threads=args.threads)
+    ov = OpenVinoEncoder(graph, intra_op_threads=args.threads) if args.openvino else None
     meta = EncoderMeta.read(graph)
     tower, vllm_config = build_vllm_tower(args.model)
     import onnxruntime
@@ -127,8 +141,15 @@ def main() -> int:
           f"Qwen2VisionTransformer, {tower.dtype}, torch {torch.__version__}, "
           f"{torch.get_num_threads()} thread(s); {os.cpu_count()} cores, load average "
           f"{os.getloadavg()[0]:.2f}; median of {args.rounds} A/B pairs after a warm-up")
+    if ov is not None:
+        import openvino
+
+        print(f"openvino: {openvino.__version__} runtime on the same graph, CPU, inference "
+              f"precision {ov.precision}, {args.threads} thread(s)")
     header = (f"{'image':<36} {'grid':>12} {'tokens':>6} {'onnx CPU-s':>10} {'vllm CPU-s':>10} "
-              f"{'vllm/onnx':>9} {'(min-max)':>12} {'max|diff|':>9}")
+              f"{'vllm/onnx':>9} {'(min-max)':>12} {'max|diff|':>9}"
+              + (f" {'ov CPU-s':>9} {'vllm/ov':>8} {'(min-max)':>12} {'max|ov-onnx|':>12}"
+                 if ov is not None else ""))
     print(header)
     rows = []
     with set_current_vllm_config(vllm_config), torch.inference_mode():
@@ -142,8 +163,17 @@ def main() -> int:
             def run_vllm(pv_t: Any = pv_vllm, grid_t: Any = grid_vllm) -> np.ndarray:
                 return tower(pv_t, grid_t).float().numpy()
 
+            def run_ov(pv: np.ndarray = pv, grid: np.ndarray = grid) -> np.ndarray:
+                assert ov is not None
+                return ov(pv, grid)
+
             got, want = run_onnx(), run_vllm()  # warm-up, and the agreement check
-            pairs = [(cpu_s(run_onnx)[0], cpu_s(run_vllm)[0]) for _ in range(args.rounds)]
+            got_ov = run_ov() if ov is not None else None
+            pairs, ov_s = [], []
+            for _ in range(args.rounds):
+                pairs.append((cpu_s(run_onnx)[0], cpu_s(run_vllm)[0]))
+                if ov is not None:
+                    ov_s.append(cpu_s(run_ov)[0])
             ratios = [b / a for a, b in pairs]
             row = {"image": label, "grid_thw": grid.tolist()[0], "tokens": int(got.shape[0]),
                    "onnx_cpu_s": statistics.median(a for a, _ in pairs),
@@ -152,17 +182,33 @@ def main() -> int:
                    "ratio_min": min(ratios), "ratio_max": max(ratios),
                    "max_abs_diff": float(np.abs(got - want).max()),
                    "max_abs_value": float(np.abs(want).max())}
+            if got_ov is not None:
+                ov_ratios = [b / c for (_, b), c in zip(pairs, ov_s, strict=True)]
+                row.update({"openvino_cpu_s": statistics.median(ov_s),
+                            "ratio_vllm_over_openvino": statistics.median(ov_ratios),
+                            "openvino_ratio_min": min(ov_ratios),
+                            "openvino_ratio_max": max(ov_ratios),
+                            "openvino_max_abs_diff_vs_onnx_f32": float(np.abs(got_ov - got).max()),
+                            "openvino_max_abs_diff_vs_vllm": float(np.abs(got_ov - want).max()),
+                            "onnx_f32_max_abs_value": float(np.abs(got).max())})
             rows.append(row)
             print(f"{label:<36} {row['grid_thw']!s:>12} {row['tokens']:>6} "
                   f"{row['onnx_cpu_s']:>10.3f} {row['vllm_cpu_s']:>10.3f} "
                   f"{row['ratio_vllm_over_onnx']:>8.2f}x "
-                  f"{row['ratio_min']:>5.2f}-{row['ratio_max']:.2f}x {row['max_abs_diff']:>9.2e}",
+                  f"{row['ratio_min']:>5.2f}-{row['ratio_max']:.2f}x {row['max_abs_diff']:>9.2e}"
+                  + (f" {row['openvino_cpu_s']:>9.3f} {row['ratio_vllm_over_openvino']:>7.2f}x "
+                     f"{row['openvino_ratio_min']:>5.2f}-{row['openvino_ratio_max']:.2f}x "
+                     f"{row['openvino_max_abs_diff_vs_onnx_f32']:>12.2e}" if got_ov is not None else ""),
                   flush=True)
     met = all(r["ratio_vllm_over_onnx"] >= 2.0 for r in rows)
     print(f"target (onnx at least 2x lower CPU-s than vllm's tower): {'met' if met else 'NOT met'}")
+    if ov is not None:
+        met_ov = all(r["ratio_vllm_over_openvino"] >= 2.0 for r in rows)
+        print(f"target with openvino:CPU ({ov.precision}): {'met' if met_ov else 'NOT met'}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"threads": args.threads, "rows": rows}, indent=1) + "\n")
+        args.out.write_text(json.dumps({"threads": args.threads, "load_average":
+                                        os.getloadavg()[0], "rows": rows}, indent=1) + "\n")
     return 0
 
 

@@ -49,11 +49,12 @@ class EncoderSpec(msgspec.Struct, frozen=True, array_like=True):
     hidden_size: int  # the language model's width: columns of image_embeds
 
     def open(self) -> OnnxEncoder:
-        """An ONNX Runtime session on this graph (hundreds of ms; once per process)."""
-        from models.onnx_encoder import OnnxEncoder
+        """An ONNX Runtime session on this graph, or OpenVINO's compiled model for an
+        ``openvino:DEVICE`` provider (hundreds of ms; once per process)."""
+        from models.onnx_encoder import open_encoder
 
-        return OnnxEncoder(Path(self.graph), [self.provider],
-                           [dict(self.provider_options)], intra_op_threads=self.intra_op_threads)
+        return open_encoder(Path(self.graph), self.provider, dict(self.provider_options),
+                            intra_op_threads=self.intra_op_threads)
 
 
 def check_encoder(cfg: ServeConfig) -> EncoderSpec | None:
@@ -101,7 +102,8 @@ def check_encoder(cfg: ServeConfig) -> EncoderSpec | None:
     except ProviderNotAvailableError as e:
         raise EncoderError(
             f"{e}. Install the onnxruntime build that has it (onnxruntime-gpu for CUDA, "
-            "onnxruntime-openvino, onnxruntime-qnn, …) in this environment, or pass "
+            "onnxruntime-openvino, onnxruntime-qnn, …) or, for openvino:DEVICE, the openvino "
+            "package (`pip install 'edgeserve[openvino]'`) in this environment, or pass "
             "--encoder-provider CPU.") from None
     return EncoderSpec(
         graph=str(folder / GRAPH_NAME), provider=provider,

@@ -432,8 +432,93 @@ class OnnxEncoder:
         return out
 
 
+#: ``--encoder-provider openvino:DEVICE`` runs the same graph on OpenVINO's own runtime (the
+#: ``openvino`` package), not on ONNX Runtime's OpenVINO execution provider (``OpenVINO``, the
+#: separate ``onnxruntime-openvino`` build, which replaces the ``onnxruntime`` package)
+OPENVINO_PREFIX = "openvino:"
+
+
+def is_openvino(provider: str) -> bool:
+    return provider.lower().startswith(OPENVINO_PREFIX)
+
+
+class OpenVinoEncoder(OnnxEncoder):
+    """The exported graph compiled by OpenVINO's runtime: ``encoder(pixel_values, grid_thw)``,
+    the same interface and input checks as :class:`OnnxEncoder` (no ONNX Runtime session).
+
+    OpenVINO reads ``encoder.onnx`` as it is (its ONNX frontend takes the TorchScript export's
+    ``com.microsoft.MultiHeadAttention`` nodes). On a CPU with AMX or AVX-512 BF16 its default
+    inference precision is **bfloat16** (matrix products in bf16 with float32 accumulation; the
+    output is float32) — the dtype vLLM runs the tower in — which is where its speed over ONNX
+    Runtime's float32 kernels comes from; ``properties`` may set ``INFERENCE_PRECISION_HINT``
+    (``f32`` gives float32 results) or any other CPU property. Threads as for ONNX Runtime:
+    ``intra_op_threads`` inference threads, one stream, latency hint.
+    """
+
+    def __init__(self, path: Path, device: str = "CPU", properties: dict[str, Any] | None = None,
+                 intra_op_threads: int = 1) -> None:
+        import openvino as ov
+
+        if intra_op_threads < 1:
+            raise ValueError("intra_op_threads must be >= 1")
+        core = ov.Core()
+        if device not in core.available_devices:
+            raise ProviderNotAvailableError(
+                f"OpenVINO device {device} not present; this openvino {ov.__version__} has: "
+                f"{', '.join(core.available_devices)}")
+        config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1}
+        if device == "CPU":
+            config["INFERENCE_NUM_THREADS"] = intra_op_threads
+        config.update(properties or {})
+        self.compiled = core.compile_model(core.read_model(str(path)), device, config)
+        self.request = self.compiled.create_infer_request()
+        self.precision = str(self.compiled.get_property("INFERENCE_PRECISION_HINT")) \
+            if device == "CPU" else "device default"
+        self.providers = [f"{OPENVINO_PREFIX}{device}"]
+        self.patch_dim = int(self.compiled.inputs[0].get_partial_shape()[1].get_length())
+        self.images_per_run: int | None = 1
+        meta_file = Path(path).with_name(META_NAME)
+        self.meta = EncoderMeta.read(meta_file) if meta_file.exists() else None
+        self.merge_size = self.meta.merge_size if self.meta else 2
+
+    def _run(self, pv: np.ndarray, grid: np.ndarray) -> np.ndarray:
+        out = self.request.infer({0: pv, 1: grid})[0]
+        return np.array(out, dtype=np.float32)  # a copy: the request reuses its output buffer
+
+
+def open_encoder(path: Path, provider: str = "CPU", provider_options: dict[str, Any] | None = None,
+                 intra_op_threads: int = 1) -> OnnxEncoder:
+    """The graph on ``provider``: an ONNX Runtime execution provider (``CPU``, ``QNN``, …) or
+    ``openvino:DEVICE`` (OpenVINO's runtime; ``provider_options`` are its properties)."""
+    if is_openvino(provider):
+        return OpenVinoEncoder(path, provider[len(OPENVINO_PREFIX):] or "CPU", provider_options,
+                               intra_op_threads)
+    return OnnxEncoder(path, [provider], [dict(provider_options or {})],
+                       intra_op_threads=intra_op_threads)
+
+
+def resolve_openvino(provider: str) -> str:
+    """``openvino:DEVICE`` with the device checked, or :class:`ProviderNotAvailableError`."""
+    device = provider[len(OPENVINO_PREFIX):] or "CPU"
+    if importlib.util.find_spec("openvino") is None:
+        raise ProviderNotAvailableError(
+            f"{provider} needs OpenVINO's runtime, the `openvino` package, which is not installed "
+            "(`pip install 'edgeserve[openvino]'`)")
+    import openvino as ov
+
+    devices = ov.Core().available_devices
+    if device not in devices:
+        raise ProviderNotAvailableError(
+            f"OpenVINO device {device} not present; this openvino {ov.__version__} has: "
+            f"{', '.join(devices)}")
+    return f"{OPENVINO_PREFIX}{device}"
+
+
 def resolve_providers(providers: Sequence[str] | None) -> list[str]:
-    """Full provider names, each installed, or :class:`ProviderNotAvailableError`."""
+    """Full provider names, each installed, or :class:`ProviderNotAvailableError`
+    (``openvino:DEVICE`` is checked against OpenVINO's runtime, see :func:`resolve_openvino`)."""
+    if providers is not None and len(providers) == 1 and is_openvino(providers[0]):
+        return [resolve_openvino(providers[0])]
     import onnxruntime as ort
 
     available = ort.get_available_providers()

@@ -100,8 +100,10 @@ def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
                    "export-encoder` (default: MODEL/onnx)")
     g.add_argument("--encoder-provider", metavar="NAME",
                    help="ONNX Runtime execution provider: CPU, or CUDA, OpenVINO, QNN, CoreML … "
-                   "where that onnxruntime build is installed; its options go in the --config "
-                   f"file as encoder_provider_options (default: {_d('encoder_provider')})")
+                   "where that onnxruntime build is installed; or openvino:CPU (openvino:GPU, "
+                   "openvino:NPU) for OpenVINO's own runtime on the same graph (the openvino "
+                   "package: bfloat16 on CPUs with AMX or AVX-512 BF16); its options go in the "
+                   f"--config file as encoder_provider_options (default: {_d('encoder_provider')})")
     g.add_argument("--encoder-threads", type=int, metavar="N",
                    help="intra-op threads of each process's ONNX Runtime session "
                    f"(default: {_d('encoder_threads')})")

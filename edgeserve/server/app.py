@@ -219,7 +219,8 @@ async def serve(cfg: ServeConfig, ready_message: bool = True) -> int:
 def _encoder_line(cfg: ServeConfig, spec: EncoderSpec) -> str:
     where = ("in each preprocessing worker" if cfg.mode is PreprocMode.SPLIT
              else "in the frontend (inline mode)")
-    return (f"vision encoder: {spec.graph} on ONNX Runtime {spec.provider}, "
+    runtime = "OpenVINO" if spec.provider.startswith("openvino:") else "ONNX Runtime"
+    return (f"vision encoder: {spec.graph} on {runtime} {spec.provider}, "
             f"{spec.intra_op_threads} intra-op thread(s) {where}; vLLM receives image embeddings "
             "and does not load its own tower")
 

@@ -156,6 +156,18 @@ def test_a_provider_that_is_not_installed_is_refused(tiny_model_dir: Path,
                           encoder_provider="QNN"))
 
 
+def test_openvino_runtime_is_a_provider_of_its_own(tiny_model_dir: Path, export_dir: Path) -> None:
+    # openvino:DEVICE: OpenVINO's runtime on the same graph, not ONNX Runtime's OpenVINO EP
+    spec = check_encoder(cfg(tiny_model_dir, encoder="onnx", encoder_path=str(export_dir),
+                             encoder_provider="openvino:CPU"))
+    assert spec is not None and spec.provider == "openvino:CPU"
+    enc = spec.open()
+    assert type(enc).__name__ == "OpenVinoEncoder" and enc.providers == ["openvino:CPU"]
+    with pytest.raises(EncoderError, match=r"OpenVINO device NPU not present.*--encoder-provider CPU"):
+        check_encoder(cfg(tiny_model_dir, encoder="onnx", encoder_path=str(export_dir),
+                          encoder_provider="openvino:NPU"))
+
+
 # ---- workers that encode ---------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def params(tiny_model_dir: Path, export_dir: Path) -> PreprocParams:

@@ -274,6 +274,28 @@ def test_inline_mode_encodes_in_the_frontend(
     assert my_segments(srv.pid) == []
 
 
+def test_openvino_runtime_gives_the_same_greedy_output(
+    tmp_path: Path, tiny_model_dir: Path, reference: dict[str, tuple[int, str]]
+) -> None:
+    """``--encoder-provider openvino:CPU`` (an override: the default provider is ONNX Runtime's
+    CPU one): OpenVINO's runtime on the same graph, bfloat16 on a CPU with AMX or AVX-512 BF16 —
+    the dtype vLLM runs its own tower in. Embeddings within 1.4e-3 of the float32 graph (about
+    as far as vLLM's bf16 tower is from it, benchmarks/onnx_encoder_cpu.py), well inside the
+    top-1/top-2 margin of 0.027 stated above, so the 16 greedy tokens must be the same."""
+    srv = ServerProcess(["--model", str(tiny_model_dir), "--encoder", "onnx",
+                         "--encoder-provider", "openvino:CPU", *COMMON],
+                        tmp_path / "openvino.log").start()
+    try:
+        assert "on OpenVINO openvino:CPU" in srv.log_path.read_text()
+        client, model = client_of(srv)
+        for name, img in PHOTOS.items():
+            assert greedy(client, model, data_url(jpeg(img()))) == reference[name], name
+        assert srv.metric("edgeserve_stage_seconds_count", 'stage="encode"') == len(PHOTOS)
+    finally:
+        assert srv.stop() == 0
+    assert my_segments(srv.pid) == []
+
+
 def test_a_missing_export_fails_in_one_paragraph_before_the_engine_starts(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
