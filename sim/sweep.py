@@ -175,9 +175,16 @@ def coordinates(data: list[dict[str, Any]]) -> list[str]:
             and not k.endswith("_ci95") and k != "seeds"] if data else []
 
 
+def _short_names(keys: list[str]) -> dict[str, str]:
+    """Each dotted key by its last part where no other key ends the same (``tp_size``)."""
+    tails = [k.rsplit(".", 1)[-1] for k in keys]
+    return {k: t if tails.count(t) == 1 else k for k, t in zip(keys, tails, strict=True)}
+
+
 def verdict(data: list[dict[str, Any]], x_key: str) -> list[str]:
     """Per value of ``x_key`` (a rate, say), the grid point with the highest SLO attainment,
-    ties to the lower p99 latency: ``x_key=V: best AXIS=… (SLO 99.5 %, p99 812 ms); then …``.
+    ties to the lower p99 latency: ``rate_hz=V: best tp_size=…, layout=… (SLO 99.5 %, p99 812
+    ms); then …`` (keys by their last part where that is unambiguous).
     When nothing but ``x_key`` varies, one line ranks its values."""
     varying = [k for k in coordinates(data) if len({d[k] for d in data}) > 1]
     others = [k for k in varying if k not in (x_key, "layout")]  # (layout follows the axes)
@@ -185,9 +192,10 @@ def verdict(data: list[dict[str, Any]], x_key: str) -> list[str]:
     for d in data:
         groups.setdefault(d[x_key] if others else None, []).append(d)
     named = [k for k in varying if k != x_key] if others else varying
+    short = _short_names(coordinates(data))
 
     def name(d: dict[str, Any]) -> str:
-        return ", ".join(f"{k}={d[k]}" for k in named)
+        return ", ".join(f"{short[k]}={d[k]}" for k in named)
 
     def figs(d: dict[str, Any]) -> str:
         return f"SLO {100 * d['slo_attainment']:.1f} %, p99 {1000 * d['e2e_p99_s']:.0f} ms"
@@ -196,7 +204,7 @@ def verdict(data: list[dict[str, Any]], x_key: str) -> list[str]:
     for x, pts in groups.items():
         pts = sorted(pts, key=lambda d: (-d["slo_attainment"], d["e2e_p99_s"]))
         rest = "; ".join(f"{name(d)}: {figs(d)}" for d in pts[1:])
-        out.append((f"{x_key}={x}: " if others else "")
+        out.append((f"{short[x_key]}={x}: " if others else "")
                    + f"best {name(pts[0])} ({figs(pts[0])})" + (f"; then {rest}" if rest else ""))
     return out
 

@@ -178,10 +178,10 @@ def test_cli_summarizes_a_large_fleet_by_class_and_per_device_on_request(
     assert main(["sim", "run", "fleet", "--requests", "3000", "--no-progress"]) == 0
     out = capsys.readouterr().out
     rows = [ln.split()[0] for ln in out.splitlines()[3:] if ln and not ln.startswith("(")]
-    assert rows == ["cam", "kiosk", "phone", "fleet"]
-    assert "cam ×1000" in out
+    assert rows == ["cam", "kiosk", "phone", "fleet", "cloud"]  # and the server's line
+    assert "cam ×1000" in out and "cloud h100: 4 replicas × TP1" in out
     assert main(["sim", "run", "fleet", "--requests", "3000", "--no-progress",
                  "--set", "per_device=true"]) == 0
     out = capsys.readouterr().out
     rows = [ln.split()[0] for ln in out.splitlines()[3:] if ln and not ln.startswith("(")]
-    assert rows[:2] == ["cam-0", "cam-1"] and len(rows) == 1500 + 3 + 1
+    assert rows[:2] == ["cam-0", "cam-1"] and len(rows) == 1500 + 3 + 1 + 1
