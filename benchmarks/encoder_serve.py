@@ -59,6 +59,9 @@ def main() -> int:
     p.add_argument("--duration-per-rate", type=float, default=12.0, help="seconds of arrivals")
     p.add_argument("--ttft-p99-bound", type=float, default=3000.0, metavar="MS")
     p.add_argument("--output-len", default="32")
+    p.add_argument("--servers", default=",".join(SERVERS),
+                   help="server kinds (edgeserve bench compare's; edgeserve-split-openvino = "
+                   f"--encoder-provider openvino:CPU); default {','.join(SERVERS)}")
     p.add_argument("--out", type=Path, default=Path("results/encoder_serve"))
     p.add_argument("--docs", type=Path, default=ROOT / "docs" / "results",
                    help="where encoder_serve.png and encoder_serve.json go")
@@ -70,7 +73,7 @@ def main() -> int:
     if args.from_json is None:
         from edgeserve.cli.main import main as edgeserve
 
-        rc = edgeserve(["bench", "compare", "--servers", ",".join(SERVERS), "--workloads", "12mp",
+        rc = edgeserve(["bench", "compare", "--servers", args.servers, "--workloads", "12mp",
                         "--workload-rates", f"12mp={args.rates}",
                         "--duration-per-rate", str(args.duration_per_rate), "--warmup", "2",
                         "--ttft-p99-bound", str(args.ttft_p99_bound),

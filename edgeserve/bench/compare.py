@@ -13,6 +13,8 @@ Server kinds (:class:`ServerKind`):
   frontend's event loop (what the split buys).
 * ``edgeserve-split-onnx`` — ``edgeserve serve --mode split --encoder onnx``: the vision tower
   on ONNX Runtime in the workers, vLLM given image embeddings (issue 13).
+* ``edgeserve-split-openvino`` — the same with ``--encoder-provider openvino:CPU`` (OpenVINO's
+  runtime on the same graph; bfloat16 on a CPU with AMX or AVX-512 BF16).
 * ``vllm``             — ``python -m vllm.entrypoints.openai.api_server`` (= ``vllm serve``).
 * ``vllm-asc2``        — the same with ``--api-server-count 2`` (two API processes share the
   image work).
@@ -56,6 +58,7 @@ class ServerKind(enum.StrEnum):
     EDGESERVE_SPLIT = "edgeserve-split"
     EDGESERVE_INLINE = "edgeserve-inline"
     EDGESERVE_SPLIT_ONNX = "edgeserve-split-onnx"
+    EDGESERVE_SPLIT_OPENVINO = "edgeserve-split-openvino"
     VLLM = "vllm"
     VLLM_ASC2 = "vllm-asc2"
 
@@ -70,12 +73,14 @@ def server_argv(
     """
     py = sys.executable
     if kind in (ServerKind.EDGESERVE_SPLIT, ServerKind.EDGESERVE_INLINE,
-                ServerKind.EDGESERVE_SPLIT_ONNX):
+                ServerKind.EDGESERVE_SPLIT_ONNX, ServerKind.EDGESERVE_SPLIT_OPENVINO):
         mode = "inline" if kind is ServerKind.EDGESERVE_INLINE else "split"
         argv = [py, "-m", "edgeserve", "serve", "--model", str(model), "--port", str(port),
                 "--mode", mode]
         if kind is ServerKind.EDGESERVE_SPLIT_ONNX:
             argv += ["--encoder", "onnx"]
+        if kind is ServerKind.EDGESERVE_SPLIT_OPENVINO:
+            argv += ["--encoder", "onnx", "--encoder-provider", "openvino:CPU"]
         if max_pixels is not None:
             argv += ["--max-pixels", str(max_pixels)]
     else:

@@ -146,7 +146,8 @@ def add_parser(subparsers: Any, help_: str) -> None:
     compare.add_argument("--model-path", type=Path, default=Path("models/tiny-qwen2-vl"))
     compare.add_argument("--servers", default="edgeserve-split,edgeserve-inline,vllm,vllm-asc2",
                          help="comma-separated server kinds, in order: edgeserve-split, "
-                              "edgeserve-inline, edgeserve-split-onnx (--encoder onnx), vllm, "
+                              "edgeserve-inline, edgeserve-split-onnx (--encoder onnx), "
+                              "edgeserve-split-openvino (the same on openvino:CPU), vllm, "
                               "vllm-asc2")
     compare.add_argument("--workloads", default="12mp,small",
                          help="comma-separated image size mixes, one sweep each")
