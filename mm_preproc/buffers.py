@@ -15,6 +15,10 @@ shared between live results.
 
 Bounded: at most ``max_bytes`` (default 128 MiB) are kept; requests that do not fit get a plain
 ``np.empty``. :func:`set_pool_limit` changes the bound (0 disables pooling).
+
+Pooled arrays start on a 64-byte boundary (``ALIGN_BYTES``): glibc returns large blocks 16
+bytes past a page, and the C kernel's 32-byte streaming stores for 16-px patches need 32
+(mm_preproc._fastpatch; a plain array gets its 16-byte loop, the same values).
 """
 
 from __future__ import annotations
@@ -27,6 +31,13 @@ import numpy as np
 from mm_preproc.errors import InvalidArgumentError
 
 DEFAULT_POOL_BYTES = 128 << 20
+ALIGN_BYTES = 64
+
+
+def _aligned(raw: np.ndarray, nbytes: int) -> np.ndarray:
+    """The first ``nbytes`` of ``raw`` from its first aligned byte (a view whose base is raw)."""
+    skip = -raw.ctypes.data % ALIGN_BYTES
+    return raw[skip:skip + nbytes]
 
 
 class BufferPool:
@@ -57,20 +68,23 @@ class BufferPool:
         if nbytes == 0 or nbytes > self.max_bytes:
             return np.empty(shape, dt)
         with self._lock:
+            # backing arrays are ALIGN_BYTES longer than they hold, so that views of them
+            # can start aligned; the views' base is the backing array itself (refcounted)
+            want = nbytes + ALIGN_BYTES
             best = -1
             for i in range(len(self._buffers)):
                 size = self._buffers[i].nbytes
-                fits = size >= nbytes and (best < 0 or size < self._buffers[best].nbytes)
+                fits = size >= want and (best < 0 or size < self._buffers[best].nbytes)
                 if fits and self._refs(i) <= self._free_refs:
                     best = i
             if best >= 0:
                 backing = self._buffers[best]
             else:
-                backing = np.empty(nbytes, np.uint8)
-                self._make_room(nbytes)
-                if self.nbytes + nbytes <= self.max_bytes:
+                backing = np.empty(want, np.uint8)
+                self._make_room(want)
+                if self.nbytes + want <= self.max_bytes:
                     self._buffers.append(backing)
-            return backing[:nbytes].view(dt).reshape(shape)
+            return _aligned(backing, nbytes).view(dt).reshape(shape)
 
     def _make_room(self, nbytes: int) -> None:
         """Drop free buffers, smallest first, until ``nbytes`` more fit under the bound."""

@@ -192,6 +192,31 @@ def test_the_native_kernel_gives_the_numpy_path_s_values(
 
 
 @needs_native
+@pytest.mark.parametrize("depth", [3, 4])
+@pytest.mark.parametrize("offset", [0, 16, 4], ids=["32-byte", "16-byte", "4-byte"])
+def test_the_native_kernel_gives_the_numpy_path_s_values_for_16_px_patches(
+    depth: int, offset: int
+) -> None:
+    """Qwen3-VL's geometry through each of the kernel's loops: a 32-byte aligned output (as the
+    buffer pool hands out) takes the 32-byte RGBX loop, a 16-byte one the 16-byte loop, a 4-byte
+    one ordinary stores; RGB input the float-plane loop."""
+    from mm_preproc.buffers import POOL
+    from mm_preproc.spec import QWEN3_VL
+
+    image = np.random.default_rng(depth).integers(0, 256, (960, 1312, depth), dtype=np.uint8)
+    expected = np.empty((60 * 82, 1536), np.float32)
+    normalize_into(patch_planes(image, QWEN3_VL), expected, QWEN3_VL)
+    raw = np.empty(expected.nbytes + 64, np.uint8)
+    start = -raw.ctypes.data % 32 + offset
+    out = raw[start:start + expected.nbytes].view(np.float32).reshape(expected.shape)
+    assert out.ctypes.data % 32 == offset % 32
+    out.fill(np.nan)
+    patchify.normalize_image_into(image, out, QWEN3_VL)
+    np.testing.assert_array_equal(out, expected)
+    assert POOL.empty((1000,), np.float32).ctypes.data % 64 == 0
+
+
+@needs_native
 def test_the_native_kernel_refuses_what_does_not_fit() -> None:
     image = np.zeros((56, 56, 3), np.uint8)
     with pytest.raises(ValueError, match="out must be"):
