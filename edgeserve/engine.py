@@ -24,6 +24,8 @@ Engine busy time comes from vLLM's public stat-logger interface: with
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import time
 from collections.abc import AsyncIterator, Callable
@@ -159,6 +161,7 @@ class Engine:
         self._llm: Any = None
         self._tokenizer: Any = None
         self._engine_segments: set[str] = set()  # vLLM's /dev/shm segments (psm_*)
+        self._prefix_tokens: dict[str, int] = {}  # prefix key → its tokens (see prefix_of)
         # transformers' Qwen2-VL image processor (every Qwen-VL family's) takes the pixel limits
         # as size bounds
         self.mm_kwargs = {"size": {"shortest_edge": config.min_pixels,
@@ -286,6 +289,31 @@ class Engine:
         return str(self._tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=True
         ))
+
+    def prefix_of(self, messages: list[dict[str, Any]]) -> tuple[str, int] | None:
+        """The prompt's shared prefix — its leading system messages — as ``(key, tokens)``: a
+        hash of their content and their length in the chat template's rendering; ``None``
+        without a system message. One app's requests share a system prompt, whose KV vLLM's
+        prefix cache reuses; the trace records the key so that a replay in the simulator looks
+        it up in its cloud servers' prefix caches. Rendered and tokenized once per distinct
+        prefix (a few thousand are remembered)."""
+        n = 0
+        while n < len(messages) and messages[n].get("role") == "system":
+            n += 1
+        if n == 0:
+            return None
+        head = messages[:n]
+        key = hashlib.blake2b(json.dumps(head, sort_keys=True).encode(),
+                              digest_size=8).hexdigest()
+        tokens = self._prefix_tokens.get(key)
+        if tokens is None:
+            text = self._tokenizer.apply_chat_template(head, tokenize=False,
+                                                       add_generation_prompt=False)
+            tokens = len(self._tokenizer.encode(str(text), add_special_tokens=False))
+            if len(self._prefix_tokens) >= 4096:
+                self._prefix_tokens.clear()
+            self._prefix_tokens[key] = tokens
+        return key, tokens
 
     def sampling_params(self, *, max_tokens: int | None, temperature: float | None,
                         top_p: float | None, top_k: int | None, seed: int | None,

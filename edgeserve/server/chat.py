@@ -153,7 +153,11 @@ async def _generate(ctx: ServerContext, request: web.Request, req: proto.ChatReq
                     rec: RequestRecord, images: list[Preprocessed],
                     release_slot: Callable[[], None]) -> web.StreamResponse:
     engine = ctx.engine
-    prompt = engine.build_prompt(proto.template_messages(req))
+    messages = proto.template_messages(req)
+    prompt = engine.build_prompt(messages)
+    prefix = engine.prefix_of(messages)
+    if prefix is not None:
+        rec.prefix_id, rec.prefix_tokens = prefix
     stop = [req.stop] if isinstance(req.stop, str) else req.stop
     try:
         params = engine.sampling_params(
@@ -174,6 +178,7 @@ async def _generate(ctx: ServerContext, request: web.Request, req: proto.ChatReq
         raise
     release_slot()  # prefilled: its pixels are gone from the engine's queue
     rec.prompt_tokens = len(first.prompt_token_ids or [])
+    rec.cached_tokens = first.num_cached_tokens or 0  # vLLM's prefix-cache hit
     if req.stream:
         return await _stream(ctx, request, req, rec, gen, first)
     return await _complete(ctx, req, rec, gen, first)

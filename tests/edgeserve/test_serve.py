@@ -454,6 +454,34 @@ def test_the_trace_file_holds_the_lifecycle_of_every_request(server: ServerProce
     assert any(s.engine_busy > 0 for s in samples)
 
 
+def test_the_trace_names_each_prompts_system_prefix_and_its_prefix_cache_hit(
+        client: openai.OpenAI, model: str, workdir: Path) -> None:
+    # two system prompts (one app's, long enough for vLLM's 128-token CPU blocks, and a short
+    # one) and no system prompt at all, each before the same question
+    app = "You are the guide of a museum app. Answer briefly and cite the room. " * 24
+    ids = {}
+    for name, system in [("app1", app), ("app2", app), ("short", "Be brief."), ("none", None)]:
+        msgs: list[Any] = [{"role": "system", "content": system}] if system else []
+        msgs.append({"role": "user", "content": "Where is the blue vase?"})
+        r = client.chat.completions.create(model=model, messages=msgs, max_tokens=2,
+                                           temperature=0, extra_body={"ignore_eos": True})
+        ids[name] = r.id
+    time.sleep(1.0)  # the trace is flushed with every resource sample
+    recs = {r.id: r for r in records.read_trace(workdir / "trace.jsonl")
+            if isinstance(r, records.RequestRecord)}
+    app1, app2, short, none = (recs[ids[k]] for k in ("app1", "app2", "short", "none"))
+    assert app1.prefix_id == app2.prefix_id and app1.prefix_id not in (short.prefix_id, None)
+    assert none.prefix_id is None and none.prefix_tokens == 0
+    # the prefix is exactly the prompt's system turn: the same question after two system
+    # prompts makes prompts that differ by what their prefixes differ by
+    assert app1.prefix_tokens > 256
+    assert app1.prompt_tokens - short.prompt_tokens == app1.prefix_tokens - short.prefix_tokens
+    # vLLM's prefix cache: the second request of the app reuses whole blocks of its prefix
+    # (the prompts also agree on the few template tokens that open the user turn)
+    assert app1.cached_tokens == 0
+    assert 128 <= app2.cached_tokens <= app2.prefix_tokens + 8 and app2.cached_tokens % 128 == 0
+
+
 # ---- interoperability ---------------------------------------------------------------------
 def test_vllm_bench_serve_completes_against_our_server(
     server: ServerProcess, tiny_model_dir: Path, workdir: Path
