@@ -80,7 +80,7 @@ def add_parser(subparsers: Any, help_: str) -> None:
                     "--plots draws p99 latency, TTFT p99 and SLO attainment against the last "
                     "--param (OUT/sweep.png). Replicas or tensor parallelism on a box: "
                     "edgeserve sim sweep replicas-tp --param 'cloud[0].deployment.tp_size=1,2,4' "
-                    "--param 'devices[0].workload.rate_hz=0.1,0.2,0.3' --plots --out OUT "
+                    "--param 'devices[0].workload.rate_hz=2,8,16,32' --plots --out OUT "
                     "(a box's replicas default to its GPUs / tp_size).")
     _common(sw)
     sw.add_argument("--param", action="append", default=[], metavar="KEY=V1,V2,…",
