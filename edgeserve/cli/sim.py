@@ -295,13 +295,17 @@ def _replicas_tp(args: argparse.Namespace) -> int:
 
 def _profiles(args: argparse.Namespace) -> int:
     from sim.config import PROFILE_DIR, available_profiles
+    from sim.deployment import BOX_DIR
     from sim.schema import load_yaml
 
-    for name in available_profiles():
-        data = load_yaml(PROFILE_DIR / f"{name}.yaml") or {}
-        kind = "cloud " if "gpu" in data else "device"
+    paths = [PROFILE_DIR / f"{name}.yaml" for name in available_profiles()]
+    boxes = sorted(BOX_DIR.glob("*.yaml"))  # cloud profiles with a deployment: section
+    width = max(22, *(len(p.stem) for p in paths + boxes))
+    for path in paths + boxes:
+        data = load_yaml(path) or {}
+        kind = "box   " if path in boxes else "cloud " if "gpu" in data else "device"
         desc = " ".join(str(data.get("description", "")).split())
-        print(f"{name:22s} {kind}  {desc[:90]}")
+        print(f"{path.stem:{width}s} {kind}  {desc[:90]}")
     return 0
 
 

@@ -80,6 +80,8 @@ def test_profiles_and_policies_are_listed(capsys: pytest.CaptureFixture[str]) ->
     assert main(["sim", "policies"]) == 0
     out = capsys.readouterr().out
     assert "jetson-orin-nano" in out and "h100-qwen2-vl-7b" in out
+    # box profiles, which cloud entries may name
+    assert any(ln.split()[:2] == ["l40s-x4-pcie-qwen2-vl-7b", "box"] for ln in out.splitlines())
     assert "predicted_latency" in out and "frame_drop" in out
 
 
