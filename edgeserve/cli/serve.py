@@ -83,7 +83,7 @@ def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
                    help="smallest resized image area (default: the model's preprocessor config)")
     g.add_argument("--max-pixels", type=int,
                    help="largest resized image area; one image token per 28x28 pixels "
-                   "(default: the model's preprocessor config)")
+                   "(32x32 for Qwen3-VL and Qwen3.5; default: the model's preprocessor config)")
     g.add_argument("--preproc-backend", choices=["auto", "pillow", "opencv"],
                    help=f"mm_preproc decode/resize backend (default: {_d('preproc_backend')})")
     g.add_argument("--no-fast-decode", dest="fast_decode", action="store_const", const=False,
