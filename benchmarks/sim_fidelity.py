@@ -25,10 +25,13 @@ average is printed before and after. Targets (issue 12): TTFT and E2E p50 within
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +43,10 @@ TARGETS = {"ttft p50": 0.05, "e2e p50": 0.05, "ttft p99": 0.10, "e2e p99": 0.10,
 
 
 def bench(url: str, *, mix: str, rate: float | None, duration: float, out: Path,
-          cpus: str, concurrency: int | None = None) -> dict[str, Any]:
+          cpus: str, concurrency: int | None = None, seed: int = 11) -> dict[str, Any]:
     cmd = ["taskset", "-c", cpus, sys.executable, "-m", "edgeserve", "bench", "run",
            "--url", url, "--images", mix, "--output-len", "16",
-           "--no-progress", "--save-result", str(out), "--seed", "11"]
+           "--no-progress", "--save-result", str(out), "--seed", str(seed)]
     if concurrency is not None:  # closed loop: a fixed count (a duration needs a finite rate)
         cmd += ["--max-concurrency", str(concurrency), "--num-prompts", str(8 * concurrency)]
     else:
@@ -52,16 +55,54 @@ def bench(url: str, *, mix: str, rate: float | None, duration: float, out: Path,
     return dict(json.loads(out.read_text()))
 
 
+@contextlib.contextmanager
+def exclusive(lock: Path | None) -> Iterator[None]:
+    """Hold ``lock`` (an flock file other jobs on a shared machine also take) for one run, so a
+    run is measured without their heavy work beside it; released between runs."""
+    if lock is None:
+        yield
+        return
+    with lock.open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def served_run(name: str, out: Path, args: argparse.Namespace, *, mix: str, rate: float | None,
-               concurrency: int | None = None, trace: bool = True) -> dict[str, Any]:
+               concurrency: int | None = None, trace: bool = True,
+               seed: int = 11) -> dict[str, Any]:
     extra = ["--trace", str(out / f"{name}.jsonl")] if trace else []
-    server, url = start_server(out, extra, name, prefix=["taskset", "-c", args.server_cpus])
-    try:
-        return bench(url, mix=mix, rate=rate, duration=args.duration,
-                     out=out / f"{name}-bench.json", cpus=args.client_cpus,
-                     concurrency=concurrency)
-    finally:
-        stop_server(server)
+    with exclusive(args.lock):
+        print(f"  [{name}] load average at start: {os.getloadavg()[0]:.2f}", flush=True)
+        server, url = start_server(out, extra, name, prefix=["taskset", "-c", args.server_cpus])
+        try:
+            return bench(url, mix=mix, rate=rate, duration=args.duration,
+                         out=out / f"{name}-bench.json", cpus=args.client_cpus,
+                         concurrency=concurrency, seed=seed)
+        finally:
+            stop_server(server)
+
+
+def record(runs: dict[str, tuple[str, float, int]], out: Path,
+           args: argparse.Namespace) -> tuple[dict[str, float], dict[str, float]]:
+    """Probe each mix's capacity, then record every run's trace under ``out``."""
+    capacity: dict[str, float] = {}
+    for mix in dict.fromkeys(m for m, _, _ in runs.values()):
+        r = served_run(f"probe-{len(capacity)}", out, args, mix=mix, rate=None,
+                       concurrency=args.probe_concurrency, trace=False)
+        capacity[mix] = float(r["request_throughput"])
+        print(f"capacity of {mix}: {capacity[mix]:.2f} req/s", flush=True)
+    offered = {}
+    for name, (mix, load, seed) in runs.items():
+        offered[name] = load * capacity[mix]
+        print(f"run {name}: {mix} at {offered[name]:.2f} req/s ({load:g} × capacity) for "
+              f"{args.duration:g} s, arrivals seed {seed}", flush=True)
+        served_run(name, out, args, mix=mix, rate=offered[name], seed=seed)
+
+    (out / "runs.json").write_text(json.dumps({"capacity_rps": capacity, "offered_rps": offered}))
+    return capacity, offered
 
 
 def main() -> int:
@@ -79,39 +120,51 @@ def main() -> int:
     p.add_argument("--server-cpus", default="0,1")
     p.add_argument("--client-cpus", default="0,1")
     p.add_argument("--out", type=Path, default=Path("results/sim_fidelity"))
+    p.add_argument("--repeats", type=int, default=2,
+                   help="fresh-server runs of each kind, pooled (the calibration kind: at least 2)")
+    p.add_argument("--seeds", type=int, default=5, help="simulated replays pooled per trace")
+    p.add_argument("--analyse-only", action="store_true",
+                   help="skip the runs: calibrate and validate the traces already in --out")
+    p.add_argument("--lock", type=Path, default=None,
+                   help="an flock file to hold during each run (a shared machine's heavy-job lock)")
     args = p.parse_args()
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     print(f"load average before: {os.getloadavg()[0]:.2f}", flush=True)
-    # "repeat" is the calibration run again (same arrivals, a fresh server): how far the runtime
-    # itself moves between two identical runs, the floor under any simulator's error
-    runs = {"calib": (args.calib_mix, args.calib_load), "low": (args.low_mix, args.low_load),
-            "high": (args.high_mix, args.high_load), "repeat": (args.calib_mix, args.calib_load)}
-    capacity: dict[str, float] = {}
-    for mix in dict.fromkeys(m for m, _ in runs.values()):
-        r = served_run(f"probe-{len(capacity)}", out, args, mix=mix, rate=None,
-                       concurrency=args.probe_concurrency, trace=False)
-        capacity[mix] = float(r["request_throughput"])
-        print(f"capacity of {mix}: {capacity[mix]:.2f} req/s", flush=True)
-    offered = {}
-    for name, (mix, load) in runs.items():
-        offered[name] = load * capacity[mix]
-        print(f"run {name}: {mix} at {offered[name]:.2f} req/s ({load:g} × capacity) for "
-              f"{args.duration:g} s", flush=True)
-        served_run(name, out, args, mix=mix, rate=offered[name])
+    # every kind of run is recorded --repeats times on fresh servers and pooled, so that a p99
+    # rests on several runs' requests; the calibration runs repeat the same arrivals (bench seed
+    # 11), so calib-1 against calib-2 shows how far the runtime moves between identical runs
+    # (the floor under any simulator's error); held-out repeats draw other arrivals
+    reps = max(1, args.repeats)
+    # (interleaved, calib-1, low-1, high-1, calib-2, …, so a drift of the machine spreads over all)
+    runs: dict[str, tuple[str, float, int]] = {}
+    for i in range(1, max(2, reps) + 1):
+        for kind, mix, load, n in (("calib", args.calib_mix, args.calib_load, max(2, reps)),
+                                   ("low", args.low_mix, args.low_load, reps),
+                                   ("high", args.high_mix, args.high_load, reps)):
+            if i <= n:
+                runs[f"{kind}-{i}"] = (mix, load, 11 if kind == "calib" else 10 + i)
+    if args.analyse_only:
+        saved = json.loads((out / "runs.json").read_text())
+        capacity, offered = saved["capacity_rps"], saved["offered_rps"]
+    else:
+        capacity, offered = record(runs, out, args)
+    groups = {k: [out / f"{n}.jsonl" for n in runs if n.startswith(k + "-")]
+              for k in ("calib", "low", "high")}
 
     import yaml
 
     from sim.calibrate import calibrate_traces, format_fits, read_traces, to_profile
-    from sim.validate import plot_cdfs, validate
+    from sim.validate import Side, Validation, local_records, plot_cdfs, validate_runs
 
-    cal = calibrate_traces(read_traces([out / "calib.jsonl"]))
+    cal = calibrate_traces(read_traces(groups["calib"]))
     print(format_fits(cal))
-    profile = to_profile(cal, None, "fidelity-calib", [str(out / "calib.jsonl")])
+    profile = to_profile(cal, None, "fidelity-calib", [str(t) for t in groups["calib"]])
     (out / "calib-profile.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
-    report: dict[str, Any] = {"capacity_rps": capacity, "offered_rps": offered, "runs": {}}
-    for name in ("calib", "low", "high"):
-        v, _ = validate(profile, out / f"{name}.jsonl", profile_name="fidelity-calib", seeds=5)
+    report: dict[str, Any] = {"capacity_rps": capacity, "offered_rps": offered,
+                              "repeats": reps, "runs": {}}
+    for name, traces in groups.items():
+        v = validate_runs(profile, traces, profile_name="fidelity-calib", seeds=args.seeds)
         print(("\n(in-sample) " if name == "calib" else "\n(held out) ") + v.format())
         plot_cdfs(v, out / f"cdf_{name}.png")
         rows = {q: (a, b, e) for q, a, b, e in v.rows()}
@@ -122,16 +175,15 @@ def main() -> int:
                 verdict = "—" if e is None else ("met" if abs(e) <= bound else "MISSED")
                 print(f"  target {q:18s} ±{bound * 100:.0f} %: "
                       f"{'—' if e is None else f'{e * 100:+.1f} %'} {verdict}")
-    from sim.validate import Side, Validation, local_records
-
     sides = []
-    for name in ("calib", "repeat"):
+    for t in groups["calib"][:2]:
         side = Side()
-        for r in local_records(out / f"{name}.jsonl"):
+        for r in local_records(t):
             side.add(r)
         sides.append(side)
-    noise = Validation(sides[0], sides[1], str(out / "repeat.jsonl"), "the calibration run")
-    print("\n(run to run) the calibration run repeated on a fresh server, measured vs measured:")
+    noise = Validation(sides[0], sides[1], str(groups["calib"][1]), "calib-1 (measured)")
+    print("\n(run to run) calib-2 against calib-1: the same arrivals on a fresh server, "
+          "measured vs measured:")
     for q, _a, _b, e in noise.rows():
         if q in TARGETS or q.startswith(("tpot", "ttft", "e2e")):
             print(f"  {q:18s} {'—' if e is None else f'{e * 100:+.1f} %'}")

@@ -98,10 +98,15 @@ class Calibration:
     engine_threads: int = 0  # cores the engine's model worker may run on
     contention: float = 0.0  # extra step seconds per second a worker was busy during it (κ)
     contention_n: int = 0
-    step_gap_s: float = 0.0  # median idle time between back-to-back engine steps
+    step_gap_s: float = 0.0  # mean idle time between back-to-back engine steps
     handoff_s: float = 0.0  # median time from the end of preprocessing to the engine
     handoff_n: int = 0
     input_processing: StageFit | None = None  # vLLM's processing before a request is schedulable
+    cold_factor: float = 0.0  # extra time of a step running a shape first (cold_shape_factor)
+    cold_n: int = 0
+    drift_sd: float = 0.0  # the machine's slow drift of step times (see fit_drift)
+    drift_tau_s: float = 0.0
+    drift_start: float = 0.0  # log slowdown of a fresh server's first steps
     admission: dict[str, int] = field(default_factory=dict)
     encode_in_worker: bool = False  # the runtime's encoder (--encoder onnx) ran in the workers
 
@@ -122,15 +127,43 @@ def encoder_square_sum(encoder_tokens: int, image_sizes: tuple[int, ...]) -> flo
 
 @functools.lru_cache(maxsize=4096)
 def _square_sum(total: int, sizes: tuple[int, ...]) -> float:
-    best: float | None = None
+    return float(sum(c * c for c in split_images(total, sizes)))
+
+
+@functools.lru_cache(maxsize=4096)
+def split_images(total: int, sizes: tuple[int, ...]) -> tuple[int, ...]:
+    """The images (token counts) a step's ``total`` encoder tokens came from: the fewest of the
+    trace's ``sizes`` that add up to it (at most four; of those, the least Σ²); ``(total,)``
+    when none do."""
+    best: tuple[int, ...] | None = None
     for k in range(1, 5):
         for combo in itertools.combinations_with_replacement(sizes, k):
-            if sum(combo) == total:
-                sq = float(sum(c * c for c in combo))
-                best = sq if best is None else min(best, sq)
+            if sum(combo) == total and (best is None or sum(c * c for c in combo)
+                                        < sum(c * c for c in best)):
+                best = combo
         if best is not None:
             return best
-    return float(total) ** 2
+    return (total,)
+
+
+def cold_steps(steps: list[EngineStep], runs: list[tuple[int, int]],
+               sizes: tuple[int, ...] = ()) -> set[int]:
+    """Indices (into ``steps``) of the steps that ran a shape for the first time on their server:
+    a prefill-token count or an image size (:func:`split_images`) not seen before in the same
+    run (``runs``: each trace's ``[start, end)`` in ``steps``) — the simulator's
+    ``cold_shape_factor`` rule."""
+    cold: set[int] = set()
+    for a, b in runs:
+        seen: set[int] = set()
+        for i in sorted(range(a, b), key=lambda k: steps[k].t_s):
+            s = steps[i]
+            keys = [-n for n in split_images(s.encoder_tokens, sizes)] if s.encoder_tokens > 0 else []
+            if s.prefill_tokens > 0:
+                keys.append(s.prefill_tokens)
+            if any(k not in seen for k in keys):
+                cold.add(i)
+            seen.update(keys)
+    return cold
 
 
 def step_features(s: EngineStep, kv_cache_tokens: int,
@@ -143,6 +176,12 @@ def step_features(s: EngineStep, kv_cache_tokens: int,
 def fit_steps(steps: Iterable[EngineStep], kv_cache_tokens: int = 0,
               image_sizes: tuple[int, ...] = (), embeds: bool = False) -> StageFit | None:
     """The step-time model from per-step records (``None`` with fewer than MIN_SAMPLES steps).
+
+    The coefficients minimise *relative* errors (least squares weighted by 1/ŷ of a first,
+    unweighted pass, twice): step times span 2 ms decode steps to 300 ms encoder steps, and
+    seconds-weighted least squares let the largest steps set the slope, so a 600-token image's
+    step came out 20 % too long and a two-image step 15 % too short — and waiting times grow
+    with the second moment of the step times, which that misfit shrinks.
 
     Its ``cv`` is the spread *weighted by step time* (√(Σ residual² / Σ fitted²)): a 2 ms decode
     step that took 4 ms says little about how a 300 ms encoder step varies, while an unweighted
@@ -158,8 +197,19 @@ def fit_steps(steps: Iterable[EngineStep], kv_cache_tokens: int = 0,
     if len(rows) < MIN_SAMPLES:
         return None
     arr = np.asarray(rows, dtype=float)
+
+    def predict(f: StageFit) -> np.ndarray:
+        coef = np.asarray([f.per.get(k, 0.0) for k in STEP_FEATURES])
+        return np.asarray(f.base_s + arr[:, 1:] @ coef)
+
     fit = fit_linear("step", arr[:, 1:], arr[:, 0], STEP_FEATURES)
-    pred = fit.base_s + sum(fit.per.get(k, 0.0) * arr[:, 1 + i] for i, k in enumerate(STEP_FEATURES))
+    for _ in range(2):
+        floor = max(float(np.median(arr[:, 0])) * 0.1, 1e-6)
+        fit = fit_linear("step", arr[:, 1:], arr[:, 0], STEP_FEATURES,
+                         weights=1.0 / np.maximum(predict(fit), floor))
+    pred = predict(fit)
+    ss_tot = float(np.sum((arr[:, 0] - arr[:, 0].mean()) ** 2))
+    fit.r2 = 1 - float(np.sum((arr[:, 0] - pred) ** 2)) / ss_tot if ss_tot > 0 else 1.0
     fit.cv = float(np.sqrt(np.sum((arr[:, 0] - pred) ** 2) / np.sum(pred ** 2)))
     return fit
 
@@ -218,11 +268,13 @@ class TraceData:
     records: list[RequestRecord] = field(default_factory=list)
     steps: list[EngineStep] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)  # the last runtime header's meta
+    runs: list[tuple[int, int]] = field(default_factory=list)  # each trace's [start, end) in steps
 
 
 def read_traces(paths: Iterable[str | Path]) -> TraceData:
     data = TraceData()
     for p in paths:
+        first = len(data.steps)
         for item in read_trace(p):
             if isinstance(item, RequestRecord):
                 data.records.append(item)
@@ -230,15 +282,19 @@ def read_traces(paths: Iterable[str | Path]) -> TraceData:
                 data.steps.append(item)
             elif isinstance(item, TraceHeader) and item.producer == "edgeserve serve":
                 data.meta = dict(item.meta)
+        data.runs.append((first, len(data.steps)))
     return data
 
 
-def fit_linear(stage: str, x: np.ndarray, y: np.ndarray, names: list[str]) -> StageFit:
-    """Least squares ``y ≈ b + x·w`` with ``b, w ≥ 0`` (negative terms are dropped and refitted)."""
+def fit_linear(stage: str, x: np.ndarray, y: np.ndarray, names: list[str],
+               weights: np.ndarray | None = None) -> StageFit:
+    """Least squares ``y ≈ b + x·w`` with ``b, w ≥ 0`` (negative terms are dropped and refitted);
+    ``weights`` scale each row's residual (``1/ŷ``: relative errors count, not seconds)."""
     keep = list(range(len(names)))
+    w = np.ones(len(y)) if weights is None else weights
     while True:
         a = np.column_stack([np.ones(len(y))] + [x[:, i] for i in keep])
-        coef, *_ = np.linalg.lstsq(a, y, rcond=None)
+        coef, *_ = np.linalg.lstsq(a * w[:, None], y * w, rcond=None)
         neg = [j for j, c in enumerate(coef[1:]) if c < 0]
         if not neg:
             break
@@ -246,7 +302,7 @@ def fit_linear(stage: str, x: np.ndarray, y: np.ndarray, names: list[str]) -> St
     base = float(coef[0])
     if base < 0:  # refit through the origin
         a0 = np.column_stack([x[:, i] for i in keep]) if keep else np.zeros((len(y), 0))
-        coef0, *_ = np.linalg.lstsq(a0, y, rcond=None) if keep else (np.zeros(0),)
+        coef0, *_ = np.linalg.lstsq(a0 * w[:, None], y * w, rcond=None) if keep else (np.zeros(0),)
         coef = np.concatenate([[0.0], np.maximum(coef0, 0.0)])
         base = 0.0
         a = np.column_stack([np.ones(len(y))] + [x[:, i] for i in keep])
@@ -457,6 +513,99 @@ def contention(steps: list[EngineStep], fit: StageFit, kv_cache_tokens: int,
     return max(0.0, float(xa @ ya / (xa @ xa))), len(xs)
 
 
+def cold_shape_factor(cold: list[EngineStep], fit: StageFit, kv_cache_tokens: int,
+                      workers: dict[int, Intervals], sizes: tuple[int, ...],
+                      kappa: float) -> tuple[float, int]:
+    """How much longer the steps that ran a shape the first time took than the model says
+    (contention included): ``Σ measured / Σ modelled − 1`` over them, at least 0."""
+    if len(cold) < MIN_SAMPLES:
+        return 0.0, len(cold)
+    measured = modelled = 0.0
+    for s in cold:
+        a = s.t_s - s.duration_s
+        x = sum(iv.fraction(a, s.t_s) for iv in workers.values()) * s.duration_s
+        modelled += fit.base_s + kappa * x + sum(fit.per.get(k, 0.0) * v for k, v in zip(
+            STEP_FEATURES, step_features(s, kv_cache_tokens, sizes), strict=True))
+        measured += s.duration_s
+    return max(0.0, measured / modelled - 1.0) if modelled > 0 else 0.0, len(cold)
+
+
+DRIFT_MIN_STEPS = 50  # long quiet steps needed to fit the drift
+DRIFT_MAX_LAG_S = 30.0
+DRIFT_TAUS_S = tuple(0.25 * 1.25 ** k for k in range(30))  # 0.25 s … 160 s
+
+
+def fit_drift_start(steps: list[EngineStep], runs: list[tuple[int, int]], fit: StageFit,
+                    kv_cache_tokens: int, sizes: tuple[int, ...], tau_s: float,
+                    keep: set[int], min_step_s: float = 0.02) -> float:
+    """Where a fresh server's drift starts (log units): the mean log residual of each run's long
+    steps (indices in ``keep``) over its first ``τ`` seconds, less the run's own mean, divided by
+    the mean of ``exp(−t/τ)`` over that window — the offset an OU process starting there and
+    relaxing with ``τ`` would show. 0 when no run has steps early enough."""
+    num = den = 0.0
+    for a, b in runs:
+        rows = []
+        for i in range(a, b):
+            s = steps[i]
+            if i not in keep or s.duration_s <= 0:
+                continue
+            pred = fit.base_s + sum(fit.per.get(k, 0.0) * v for k, v in zip(
+                STEP_FEATURES, step_features(s, kv_cache_tokens, sizes), strict=True))
+            if pred >= min_step_s:
+                rows.append((s.t_s - s.duration_s, math.log(s.duration_s / pred)))
+        if len(rows) < DRIFT_MIN_STEPS:
+            continue
+        t0 = min(r[0] for r in rows)
+        mean = sum(r[1] for r in rows) / len(rows)
+        early = [(t - t0, r - mean) for t, r in rows if t - t0 < tau_s]
+        num += sum(r for _, r in early)
+        den += sum(math.exp(-t / tau_s) for t, _ in early)
+    return num / den if den > 0 else 0.0
+
+
+def fit_drift(steps: list[EngineStep], fit: StageFit, kv_cache_tokens: int,
+              sizes: tuple[int, ...] = (), min_step_s: float = 0.02) -> tuple[float, float, int]:
+    """The machine's slow drift, from the residuals of the long steps (``steps``: ones no worker
+    overlapped): ``r = log(measured / fitted)`` less its mean; the covariance of two steps
+    ``Δt`` apart is modelled as ``sd²·exp(−Δt/τ)`` (an Ornstein–Uhlenbeck process) and fitted by
+    least squares over every pair within ``DRIFT_MAX_LAG_S`` — ``sd²`` in closed form for each
+    ``τ`` of a grid, the best pair kept. The rest of the residual variance is the steps' own
+    noise. Returns ``(sd, τ, steps used)``; ``(0, 0, n)`` with too few steps or no positive
+    covariance. Steps shorter than ``min_step_s`` are left out: their ratio is mostly jitter."""
+    rows = []
+    for s in steps:
+        pred = fit.base_s + sum(fit.per.get(k, 0.0) * v for k, v in zip(
+            STEP_FEATURES, step_features(s, kv_cache_tokens, sizes), strict=True))
+        if s.duration_s > 0 and pred >= min_step_s:
+            rows.append((s.t_s, math.log(s.duration_s / pred)))
+    if len(rows) < DRIFT_MIN_STEPS:
+        return 0.0, 0.0, len(rows)
+    rows.sort()
+    t = np.asarray([r[0] for r in rows])
+    r = np.asarray([r[1] for r in rows])
+    r -= r.mean()
+    lags, prods = [], []
+    for i in range(len(t) - 1):
+        j = int(np.searchsorted(t, t[i] + DRIFT_MAX_LAG_S, side="right"))
+        if j > i + 1:
+            lags.append(t[i + 1:j] - t[i])
+            prods.append(r[i] * r[i + 1:j])
+    if not lags:
+        return 0.0, 0.0, len(rows)
+    dt, p = np.concatenate(lags), np.concatenate(prods)
+    best: tuple[float, float, float] | None = None  # (sse, s2, tau)
+    for tau in DRIFT_TAUS_S:
+        e = np.exp(-dt / tau)
+        s2 = float(p @ e / (e @ e))
+        sse = float(p @ p) - s2 * float(p @ e)
+        if s2 > 0 and (best is None or sse < best[0]):
+            best = (sse, s2, tau)
+    if best is None:
+        return 0.0, 0.0, len(rows)
+    s2 = min(best[1], float(r.var()))
+    return math.sqrt(s2), best[2], len(rows)
+
+
 def input_processing(records: list[RequestRecord], steps: list[EngineStep]) -> StageFit | None:
     """vLLM's input processing, from the requests that found the engine idle: the time from the
     hand-over (``engine_queued_s``) to the start of the first step after it — no step was running
@@ -515,28 +664,48 @@ def calibrate_traces(data: TraceData) -> Calibration:
         else:
             cal.fits.pop("encode", None)
             cal.skipped["encode"] = "fewer than 5 one-image requests with an encode stage"
-    quiet = [s for s in data.steps
+    sizes = image_sizes(ok)
+    # a step that ran a shape the first time on its server is slower (kernels built per shape):
+    # fitted apart, as the cold-shape factor, and kept out of the step model's fit
+    runs = data.runs or [(0, len(data.steps))]
+    cold = cold_steps(data.steps, runs, sizes)
+    warm = [s for i, s in enumerate(data.steps) if i not in cold]
+    quiet = [s for s in warm
              if sum(iv.fraction(s.t_s - s.duration_s, s.t_s) for iv in busy.values()) < 0.05]
     use_quiet = len(quiet) >= 4 * MIN_SAMPLES and cal.host_cores > 0
-    sizes = image_sizes(ok)
     if data.steps:
         cal.input_processing = input_processing(ok, data.steps)
-    cal.step = fit_steps(quiet if use_quiet else data.steps, kv, sizes, embeds)
+    cal.step = fit_steps(quiet if use_quiet else warm, kv, sizes, embeds)
     if cal.step is not None:
         # vLLM's elapsed_ms covers the model's forward pass; scheduling, output processing and
-        # the hand-off to the frontend happen between steps. The median gap between
-        # back-to-back steps (work was still running) is part of every step's period.
+        # the hand-off to the frontend happen between steps. The mean gap between back-to-back
+        # steps (work was still running) is part of every step's period. The mean, negative
+        # gaps included: a step's t_s is when its output reached the frontend, so each gap
+        # carries the difference of two deliveries' lags, which cancels in the mean over a run
+        # (it telescopes) but not in the median — the median was 0.75 ms where the steps'
+        # periods say 1.2, and a decode stream of 2 ms steps came out 17 % fast.
         ordered = sorted(data.steps, key=lambda s: s.t_s)
         gaps = [b.t_s - b.duration_s - a.t_s for a, b in itertools.pairwise(ordered)
-                if a.running > 0 and 0.0 <= b.t_s - b.duration_s - a.t_s < 0.05]
+                if a.running > 0 and abs(b.t_s - b.duration_s - a.t_s) < 0.05]
         if len(gaps) >= MIN_SAMPLES:
-            cal.step_gap_s = float(np.median(gaps))
+            cal.step_gap_s = max(0.0, float(np.mean(gaps)))
             cal.step.base_s += cal.step_gap_s
         cal.step.note = (f"{cal.step.n} of {cal.steps} engine steps"
                          + (", those with no worker busy" if use_quiet else "")
                          + f"; base includes a {cal.step_gap_s * 1e3:.3f} ms gap between steps")
         if use_quiet:
-            cal.contention, cal.contention_n = contention(data.steps, cal.step, kv, busy, sizes)
+            cal.contention, cal.contention_n = contention(warm, cal.step, kv, busy, sizes)
+        cal.cold_factor, cal.cold_n = cold_shape_factor(
+            [data.steps[i] for i in cold], cal.step, kv, busy, sizes, cal.contention)
+        sd, tau, _n = fit_drift(quiet if use_quiet else warm, cal.step, kv, sizes)
+        if sd > 0:
+            # the drift's share of the steps' spread is no longer independent noise
+            cal.drift_sd, cal.drift_tau_s = sd, tau
+            keep = {id(s) for s in (quiet if use_quiet else warm)}
+            cal.drift_start = fit_drift_start(
+                data.steps, runs, cal.step, kv, sizes, tau,
+                {i for i, s in enumerate(data.steps) if id(s) in keep})
+            cal.step.cv = math.sqrt(max(cal.step.cv ** 2 - (math.exp(sd * sd) - 1.0), 0.0))
     elif data.steps:
         cal.skipped["step"] = f"{len(data.steps)} engine steps (need {MIN_SAMPLES})"
     return cal
@@ -588,6 +757,13 @@ def to_profile(cal: Calibration, base: dict[str, Any] | None, name: str,
                                 "per": {k: float(f"{cal.step.per.get(k, 0.0):.6g}")
                                         for k in STEP_FEATURES},
                                 "cv": round(cal.step.cv, 4) if cal.step.cv >= 0.005 else 0.0}
+        if cal.cold_factor > 0:
+            step["cold_shape_factor"] = round(cal.cold_factor, 4)
+        if cal.drift_sd > 0:
+            step["drift_sd"] = round(cal.drift_sd, 4)
+            step["drift_tau_s"] = float(f"{cal.drift_tau_s:.4g}")
+            if abs(cal.drift_start) >= 1e-3:
+                step["drift_start"] = round(cal.drift_start, 4)
         for key, src in (("max_num_batched_tokens", "max_num_batched_tokens"),
                          ("max_num_seqs", "max_num_seqs"), ("block_size_tokens", "block_size")):
             if e.get(src):
@@ -649,6 +825,14 @@ def format_fits(cal: Calibration) -> str:
             lines.append(f"  {'contention':13s} steps +{cal.contention:.3f} s per second a worker was busy "
                          f"(n {cal.contention_n}, {cal.host_cores} cores, engine on "
                          f"{cal.engine_threads})")
+    if cal.cold_n:
+        lines.append(f"  {'cold shapes':13s} steps +{cal.cold_factor * 100:.0f} % the first time "
+                     f"a server ran their prefill length or image size (n {cal.cold_n})")
+    if cal.drift_sd > 0:
+        lines.append(f"  {'drift':13s} steps slow or fast together: sd {cal.drift_sd * 100:.1f} % "
+                     f"(log), correlation time {cal.drift_tau_s:.3g} s, a fresh server starts "
+                     f"at {cal.drift_start * 100:+.1f} %; own noise cv "
+                     f"{cal.step.cv if cal.step else 0:.3f}")
     if cal.handoff_n:
         lines.append(f"  {'handoff':13s} {cal.handoff_s * 1000:8.3f} ms   median of {cal.handoff_n}")
     if cal.input_processing is not None:

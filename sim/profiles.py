@@ -195,6 +195,14 @@ class StepTimeModel:
     :data:`STEP_FEATURES`), times a lognormal factor of mean 1 and coefficient of variation ``cv``
     (0: deterministic). ``edgeserve calibrate`` fits the coefficients from the real engine's
     per-step records and takes the limits from its configuration.
+
+    ``drift_sd``/``drift_tau_s`` (both 0: off) add the machine's slow *drift*: every step is also
+    multiplied by ``exp(x(t) − drift_sd²/2)`` (mean 1), ``x`` an Ornstein–Uhlenbeck process of
+    stationary standard deviation ``drift_sd`` and correlation time ``drift_tau_s`` — a shared
+    machine runs fast and slow for seconds at a time, and steps that are slow together make
+    queues that independent noise does not. ``cold_shape_factor``: a step holding a prefill-token
+    count or an image size the engine has not run before takes ``1 + cold_shape_factor`` times as
+    long (kernels built per shape on a fresh server).
     """
 
     base_s: float = 0.0
@@ -203,6 +211,10 @@ class StepTimeModel:
     max_num_batched_tokens: int = 2048  # token budget of one step
     max_num_seqs: int = 16  # requests running at once (edgeserve's engine default)
     block_size_tokens: int = 128  # KV block (vLLM's CPU backend)
+    drift_sd: float = 0.0  # stationary sd of the log slowdown shared by nearby steps
+    drift_tau_s: float = 0.0  # its correlation time
+    drift_start: float = 0.0  # the log slowdown a fresh server starts at (0: a stationary draw)
+    cold_shape_factor: float = 0.0  # extra time of a step holding a shape the engine runs first
 
     def __post_init__(self) -> None:
         non_negative(self.base_s, "base_s")
@@ -211,6 +223,14 @@ class StepTimeModel:
                     f"unknown feature (known: {', '.join(STEP_FEATURES)})")
             non_negative(v, f"per.{k}")
         non_negative(self.cv, "cv")
+        non_negative(self.cold_shape_factor, "cold_shape_factor")
+        non_negative(self.drift_sd, "drift_sd")
+        non_negative(self.drift_tau_s, "drift_tau_s")
+        require(self.drift_start == 0 or self.drift_sd > 0, "drift_start",
+                "needs the drift on (drift_sd and drift_tau_s > 0)")
+        require((self.drift_sd > 0) == (self.drift_tau_s > 0), "drift_tau_s",
+                f"give drift_sd and drift_tau_s both positive (drift on) or both 0, got "
+                f"drift_sd={self.drift_sd}, drift_tau_s={self.drift_tau_s}")
         positive(self.max_num_batched_tokens, "max_num_batched_tokens")
         positive(self.max_num_seqs, "max_num_seqs")
         positive(self.block_size_tokens, "block_size_tokens")

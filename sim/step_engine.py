@@ -41,7 +41,16 @@ it rides in longer. A step takes, at clock scale 1::
 The step time is stretched by the DVFS ``clock_scale`` in force when the step starts (a step in
 progress keeps its end), by ``stretch(duration)`` when the owner sets it (a device whose engine shares
 its cores with preprocessing workers says how crowded they are; the engine knows nothing of
-them), and optionally spread by a lognormal factor of mean 1 (``cv``).
+them), and optionally spread by a lognormal factor of mean 1 (``cv``) and by the machine's slow
+drift (``drift_sd``, ``drift_tau_s``): a factor ``exp(x − sd²/2)`` with ``x`` an
+Ornstein–Uhlenbeck process advanced exactly over the time since the last step,
+``x ← x·a + sd·√(1 − a²)·N(0, 1)``, ``a = exp(−Δt/τ)``, so steps close in time are slow or fast
+together; ``drift_start`` (log units) is where ``x`` starts on a fresh server (else a stationary
+draw), so a server that is slow in its first seconds relaxes to its usual speed in about ``τ``. A fresh engine is slower the first time it meets a shape (``cold_shape_factor``): a
+step whose prefill-token count, or one of whose images' token counts, it has not run before takes
+``1 + cold_shape_factor`` times as long — vLLM's CPU kernels build their primitives per shape
+(on the 2-core dev machine such steps took 1.2–2.1 × the model, about 20 of them in a 90 s run,
+most in its first 15 s).
 
 **KV cache.** Blocks of ``block_size_tokens``. A request is admitted only when blocks for its
 whole sequence (prompt + output tokens, rounded up to blocks) are free, and keeps them until it
@@ -58,6 +67,7 @@ together share theirs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from heapq import heappop, heappush
 from typing import Any, NamedTuple
@@ -102,7 +112,14 @@ class StepEngine(Engine):
         "_c_encoder",
         "_c_encoder_sq",
         "_c_prefill",
+        "_cold_factor",
         "_ctx_decoding",
+        "_draws",
+        "_drift_sd",
+        "_drift_start",
+        "_drift_t",
+        "_drift_tau",
+        "_drift_x",
         "_kick_cb",
         "_kv_cap",
         "_noise",
@@ -110,6 +127,7 @@ class StepEngine(Engine):
         "_partial",
         "_partial_done",
         "_seq",
+        "_shapes",
         "_step_cb",
         "_step_decode",
         "_waiting_images",
@@ -146,8 +164,17 @@ class StepEngine(Engine):
         self._c_encoder = per.get("encoder_tokens", 0.0)
         self._c_encoder_sq = per.get("encoder_tokens_sq", 0.0)
         self._noisy = model.cv > 0
+        draws = draws if draws is not None else Draws(f"{name}:step")
         self._noise = ServiceTime(ServiceModelConfig(kind=ServiceKind.LOGNORMAL, cv=model.cv),
-                                  draws if draws is not None else Draws(f"{name}:step"))
+                                  draws)
+        self._draws = draws
+        self._drift_sd = model.drift_sd
+        self._drift_tau = model.drift_tau_s
+        self._drift_x = 0.0
+        self._drift_t = -1.0  # when x was last advanced (< 0: not yet drawn)
+        self._drift_start = model.drift_start
+        self._cold_factor = model.cold_shape_factor
+        self._shapes: set[int] = set()  # prefill-token counts run (> 0), image sizes encoded (< 0)
         self.encoder_in_step = encoder_in_step
         # running requests: decoding ones on a heap by the step their last token comes in;
         # this step's prefill chunks in FCFS order, the last of them perhaps partial
@@ -238,6 +265,17 @@ class StepEngine(Engine):
             self.stepping = True
             self.loop.at(self.loop.now, self._kick_cb, None)
 
+    def _drift(self, now: float) -> float:
+        """The drift factor (mean 1) for a step starting ``now``; advances the OU process."""
+        sd = self._drift_sd
+        if self._drift_t < 0:  # first step: a fresh server's warm-up offset, or a stationary draw
+            x = self._drift_start if self._drift_start else sd * self._draws.normal()
+        else:
+            a = math.exp(-(now - self._drift_t) / self._drift_tau)
+            x = self._drift_x * a + sd * math.sqrt(1.0 - a * a) * self._draws.normal()
+        self._drift_x, self._drift_t = x, now
+        return math.exp(x - 0.5 * sd * sd)
+
     def retime(self, clock_scale: float) -> None:
         """The clock changed (DVFS): steps started from now on are stretched by ``clock_scale``
         (the running step keeps its end)."""
@@ -256,6 +294,7 @@ class StepEngine(Engine):
         prefill = 0
         enc = 0
         enc_sq = 0
+        cold = False
         job = self._partial
         if job is not None:  # the prompt chunked over the previous steps goes on first
             done = self._partial_done
@@ -297,6 +336,9 @@ class StepEngine(Engine):
             if self.encoder_in_step:
                 enc += job.image_tokens
                 enc_sq += job.image_tokens * job.image_tokens
+                if self._cold_factor and job.image_tokens and -job.image_tokens not in self._shapes:
+                    self._shapes.add(-job.image_tokens)  # an image size encoded the first time
+                    cold = True
             prefills.append(job)
         if not prefills and not n_dec:
             self.stepping = False
@@ -308,8 +350,15 @@ class StepEngine(Engine):
         d = (self._base + self._c_prefill * prefill + self._c_decode * n_dec
              + self._c_context * ctx + self._c_encoder * enc + self._c_encoder_sq * enc_sq) \
             * self.clock_scale
+        if self._cold_factor and prefill and prefill not in self._shapes:
+            self._shapes.add(prefill)  # a prefill-token count run the first time
+            cold = True
+        if cold:
+            d *= 1.0 + self._cold_factor
         if self.stretch is not None:
             d = self.stretch(d)
+        if self._drift_sd > 0:
+            d *= self._drift(now)
         if self._noisy:
             d = self._noise.draw(d)
         self._step_decode = n_dec

@@ -227,6 +227,27 @@ def validate(profile: dict[str, Any], trace: str | Path, *, profile_name: str = 
     return v, first
 
 
+def validate_runs(profile: dict[str, Any], traces: list[Path] | list[str], *,
+                  profile_name: str = "", seeds: int = 1) -> Validation:
+    """:func:`validate` over several held-out runs of one kind, pooled on both sides: the measured
+    requests of every trace, and ``seeds`` replays of each trace's arrivals; throughput is the
+    total completions over the total span. A percentile then rests on all the runs' requests."""
+    pooled: Validation | None = None
+    for t in traces:
+        v, _ = validate(profile, t, profile_name=profile_name, seeds=seeds)
+        if pooled is None:
+            pooled = v
+            continue
+        pooled.measured.pool(v.measured)
+        pooled.simulated.pool(v.simulated)
+        pooled.measured_stall_s += v.measured_stall_s
+        pooled.simulated_stall_s += v.simulated_stall_s
+        pooled.trace += f" + {Path(t).name}"
+    if pooled is None:
+        raise ValueError("validate_runs needs at least one trace")
+    return pooled
+
+
 def plot_cdfs(v: Validation, path: Path) -> None:
     import matplotlib
 

@@ -10,10 +10,11 @@ against prefill, decode, context and encoder tokens) is fitted from them, and th
 trace, overriding ``--base``. Power and thermal values come from ``--base`` (a shipped profile
 name or a YAML file), or are placeholders.
 
-``edgeserve calibrate validate PROFILE HELDOUT... [--out-dir DIR]`` replays each held-out trace's
+``edgeserve calibrate validate PROFILE HELDOUT... [--pool] [--out-dir DIR]`` replays each held-out trace's
 arrivals and sizes through the profile (one device, every request local) and prints measured vs
 simulated TTFT, TPOT, ITL and E2E (mean, p50, p90, p99), throughput, per-stage means and the stall
-fraction with relative errors; with ``--out-dir`` it writes the table as JSON and the
+fraction with relative errors (``--pool``: the traces as repeated runs of one kind, compared as
+one); with ``--out-dir`` it writes the table as JSON and the
 measured-vs-simulated CDFs as PNG (see :mod:`sim.validate`).
 """
 
@@ -36,6 +37,9 @@ def add_parser(subparsers: Any, help_: str) -> None:
     p.add_argument("--seeds", type=int, default=5,
                    help="validate: pool this many simulated replays (seeds 1…N) per trace, so the "
                         "simulated percentiles carry less of one seed's luck (default 5)")
+    p.add_argument("--pool", action="store_true",
+                   help="validate: the HELDOUT traces are repeated runs of one kind; compare them "
+                        "as one, pooling their measured requests and their replays")
     p.add_argument("--base", help="profile to start from (shipped name or YAML path)")
     p.add_argument("--name", help="profile name (default: the --out file's stem)")
     p.set_defaults(func=run)
@@ -43,7 +47,7 @@ def add_parser(subparsers: Any, help_: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.traces and str(args.traces[0]) == "validate":
-        return run_validate(args.traces[1:], args.out_dir, max(1, args.seeds))
+        return run_validate(args.traces[1:], args.out_dir, max(1, args.seeds), pool=args.pool)
     if args.out is None:
         print("edgeserve calibrate: --out PROFILE.yaml is required", file=sys.stderr)
         return 2
@@ -76,13 +80,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_validate(paths: list[Path], out_dir: Path | None, seeds: int = 5) -> int:
+def run_validate(paths: list[Path], out_dir: Path | None, seeds: int = 5,
+                 pool: bool = False) -> int:
     import json
 
     from edgeserve.records import TraceError
     from sim.config import resolve_profile_path
     from sim.schema import ConfigError, load_yaml
-    from sim.validate import plot_cdfs, validate
+    from sim.validate import plot_cdfs, validate, validate_runs
 
     if len(paths) < 2:
         print("edgeserve calibrate validate: give PROFILE and at least one HELDOUT trace",
@@ -95,6 +100,10 @@ def run_validate(paths: list[Path], out_dir: Path | None, seeds: int = 5) -> int
         for t in traces:
             if not t.exists():
                 raise ConfigError(f"{t}: no such trace file")
+        if pool:
+            results.append(validate_runs(profile, traces, profile_name=profile_ref, seeds=seeds))
+            print(results[-1].format())
+        for t in traces if not pool else []:
             v, _ = validate(profile, t, profile_name=profile_ref, seeds=seeds)
             print(v.format())
             results.append(v)
@@ -106,6 +115,6 @@ def run_validate(paths: list[Path], out_dir: Path | None, seeds: int = 5) -> int
         (out_dir / "validation.json").write_text(
             json.dumps([v.as_dict() for v in results], indent=1))
         for v in results:
-            plot_cdfs(v, out_dir / f"cdf_{Path(v.trace).stem}.png")
+            plot_cdfs(v, out_dir / ("cdf_pooled.png" if pool else f"cdf_{Path(v.trace).stem}.png"))
         print(f"wrote {out_dir / 'validation.json'} and the CDF plots")
     return 0

@@ -7,13 +7,22 @@ whatever the base profile said.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from edgeserve.records import EngineStep, Outcome, RequestRecord, TraceHeader, TraceWriter
-from sim.calibrate import calibrate_traces, fit_steps, read_traces, to_profile
+from sim.calibrate import (
+    calibrate_traces,
+    cold_shape_factor,
+    cold_steps,
+    fit_drift,
+    fit_steps,
+    read_traces,
+    to_profile,
+)
 
 TRUE = {"base_s": 0.004, "prefill_tokens": 2.0e-5, "decode_tokens": 3.0e-4,
         "context_tokens": 1.0e-7, "encoder_tokens": 1.0e-4, "encoder_tokens_sq": 6.0e-8}
@@ -91,3 +100,60 @@ def test_the_profile_takes_the_step_model_limits_and_workers_from_the_trace(tmp_
     assert step["per"]["decode_tokens"] == pytest.approx(TRUE["decode_tokens"], rel=1e-5)
     assert (prof["llm"]["max_batch"], prof["llm"]["kv_capacity_tokens"]) == (16, KV_TOKENS)
     assert any("2 cores shared" in s for s in prof["sources"])
+
+
+def ou_step_log(n: int, sd: float, tau_s: float, seed: int = 0) -> list[EngineStep]:
+    """Back-to-back 60 ms prefill steps slowed by exp(x), x an OU process (sd, τ)."""
+    rng = np.random.default_rng(seed)
+    steps, t, x = [], 0.0, sd * rng.standard_normal()
+    for _ in range(n):
+        d = (TRUE["base_s"] + TRUE["prefill_tokens"] * 2000 + TRUE["decode_tokens"] * 4) \
+            * math.exp(x - sd * sd / 2)
+        t += d
+        steps.append(EngineStep(t_s=t, duration_s=d, prefill_tokens=2000, prefill_requests=1,
+                                decode_tokens=4, decode_requests=4))
+        a = math.exp(-d / tau_s)
+        x = x * a + sd * math.sqrt(1 - a * a) * rng.standard_normal()
+    return steps
+
+
+def test_the_drift_of_step_times_is_recovered_from_their_residuals() -> None:
+    # 3000 steps (≈ 3 min) of a drift with sd 8 %, τ = 5 s: sd within 15 %, τ within a factor 1.6
+    steps = ou_step_log(3000, 0.08, 5.0, seed=3)
+    fit = fit_steps(steps, KV_TOKENS)
+    assert fit is not None
+    # the step model is exact but for the drift, so fit it with the true coefficients
+    fit.base_s = TRUE["base_s"]
+    fit.per = {"prefill_tokens": TRUE["prefill_tokens"], "decode_tokens": TRUE["decode_tokens"]}
+    sd, tau, n = fit_drift(steps, fit, KV_TOKENS)
+    assert n == 3000
+    assert sd == pytest.approx(0.08, rel=0.15)
+    assert 5.0 / 1.6 < tau < 5.0 * 1.6
+
+
+def test_independent_step_noise_shows_no_drift_worth_the_name() -> None:
+    steps = step_log(3000, 0.1, seed=4)
+    fit = fit_steps(steps, KV_TOKENS)
+    assert fit is not None
+    sd, _tau, _n = fit_drift(steps, fit, KV_TOKENS, min_step_s=0.0)
+    assert sd < 0.03  # of a 10 % own noise: none of it correlated
+
+
+def test_steps_running_a_shape_the_first_time_on_their_server_are_cold() -> None:
+    # two runs (servers); prefill counts 100, 100, 300 in each; an image of 200 tokens in the
+    # second step of the first run (1 image of a trace size) is new although 100 is not
+    def s(t: float, prefill: int, enc: int = 0) -> EngineStep:
+        return EngineStep(t_s=t, duration_s=0.01, prefill_tokens=prefill, encoder_tokens=enc)
+
+    steps = [s(1, 100), s(2, 100, 200), s(3, 300), s(4, 0),
+             s(11, 100), s(12, 100), s(13, 300, 200)]
+    assert cold_steps(steps, [(0, 4), (4, 7)], (200,)) == {0, 1, 2, 4, 6}
+
+
+def test_the_cold_factor_is_what_the_cold_steps_took_over_the_model() -> None:
+    fit = fit_steps(step_log(400, 0.0), KV_TOKENS)
+    assert fit is not None
+    cold = [EngineStep(t_s=float(i), duration_s=1.5 * (TRUE["base_s"] + TRUE["prefill_tokens"] * p),
+                       prefill_tokens=p) for i, p in enumerate((100, 700, 1500, 2000, 50, 900))]
+    factor, n = cold_shape_factor(cold, fit, KV_TOKENS, {}, (), 0.0)
+    assert n == 6 and factor == pytest.approx(0.5, rel=1e-6)

@@ -9,6 +9,7 @@ token (context and encoder tokens free), the budget is 1000 tokens per step and 
 from __future__ import annotations
 
 import copy
+import math
 import statistics
 from typing import Any
 
@@ -217,6 +218,51 @@ def test_step_noise_has_the_model_mean_and_spread_and_is_reproducible() -> None:
     assert statistics.stdev(steps) / statistics.fmean(steps) == pytest.approx(0.2, rel=0.1)
 
 
+def test_the_drift_makes_nearby_steps_slow_together_with_the_fitted_spread_and_time() -> None:
+    # a 4000-token decode stream of 0.1 s steps under a drift of sd 0.2, τ = 2 s and no own
+    # noise: log(step / 0.1) + sd²/2 is the OU process itself — stationary sd 0.2, and steps
+    # 1 s apart (10 steps) correlate by exp(−1/2) = 0.61, steps 10 s apart by exp(−5) ≈ 0
+    r = Run([job("a", 0.0, 1, 4001)], model(per={}, drift_sd=0.2, drift_tau_s=2.0)).run()
+    x = [math.log(s[1] / 0.1) + 0.02 for s in r.steps]
+    assert statistics.pstdev(x) == pytest.approx(0.2, rel=0.15)
+
+    def corr(lag: int) -> float:
+        return statistics.correlation(x[:-lag], x[lag:])
+
+    assert corr(10) == pytest.approx(math.exp(-0.5), abs=0.08)
+    assert abs(corr(100)) < 0.1
+    assert statistics.fmean(s[1] for s in r.steps) == pytest.approx(0.1, rel=0.05)
+
+
+def test_a_fresh_server_starts_at_the_drift_start_and_relaxes_to_its_usual_speed() -> None:
+    # drift_start = log 1.5: the first step takes 0.1 × 1.5 × exp(−sd²/2) exactly; a stream's
+    # mean slowdown over its first τ is well above its later one (τ = 1 s, 0.1 s steps)
+    r = Run([job("a", 0.0, 1, 2001)],
+            model(per={}, drift_sd=0.01, drift_tau_s=1.0, drift_start=math.log(1.5))).run()
+    assert r.steps[0][1] == pytest.approx(0.15 * math.exp(-0.5e-4), abs=1e-9)
+    early = statistics.fmean(s[1] for s in r.steps[:5])
+    late = statistics.fmean(s[1] for s in r.steps[100:])
+    assert early > 0.13 and late == pytest.approx(0.1, rel=0.02)
+
+
+def test_a_shape_run_the_first_time_is_slower_by_the_cold_factor() -> None:
+    # cold_shape_factor 0.5: a's 100-token prefill is the first of its length (0.2 s → 0.3 s) and
+    # b's identical one is not (0.2 s); c's 300-token prefill is new again (0.4 → 0.6); decode
+    # steps of a seen batch are not (their prefill count is 0)
+    r = Run([job("a", 0.0, 100, 1), job("b", 1.0, 100, 1), job("c", 2.0, 300, 1)],
+            model(cold_shape_factor=0.5)).run()
+    assert [s[:2] for s in r.steps] == [(0.0, 0.3), (1.0, 0.2), (2.0, 0.6)]
+
+
+def test_a_new_image_size_is_cold_even_at_a_seen_prefill_length() -> None:
+    # same 500-token prompts; a's 400-token image is new (cold), b's 400 is not, c's 300 is
+    per = {**PER, "encoder_tokens": 0.0}
+    r = Run([job("a", 0.0, 500, 1, image=400), job("b", 5.0, 500, 1, image=400),
+             job("c", 10.0, 500, 1, image=300)],
+            model(per=per, cold_shape_factor=1.0), encoder_in_step=True).run()
+    assert [s[1] for s in r.steps] == [1.2, 0.6, 1.2]
+
+
 def test_the_estimate_counts_queued_prompt_tokens_and_decode_steps() -> None:
     loop = EventLoop()
     e = StepEngine(loop, "e", model(), 100_000, lambda j: None)
@@ -318,6 +364,10 @@ def test_a_cloud_server_with_a_step_model_runs_step_engines() -> None:
      "scenario.devices[0].profile.llm.step.block: unknown field"),
     ("cloud[0].profile.server.step.cv", -0.1,
      "scenario.cloud[0].profile.server.step.cv: must be >= 0"),
+    ("cloud[0].profile.server.step.drift_sd", 0.1,
+     "scenario.cloud[0].profile.server.step.drift_tau_s: give drift_sd and drift_tau_s both"),
+    ("cloud[0].profile.server.step.cold_shape_factor", -1,
+     "scenario.cloud[0].profile.server.step.cold_shape_factor: must be >= 0"),
 ])
 def test_bad_step_fields_are_named(key: str, value: object, message: str) -> None:
     with pytest.raises(ConfigError) as e:

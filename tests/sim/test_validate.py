@@ -95,3 +95,26 @@ def test_stall_is_cpu_time_not_covered_by_engine_time() -> None:
     side.add(a)
     side.add(b)
     assert side.throughput_rps == pytest.approx(2 / 7.0)
+
+
+def test_pooled_runs_are_compared_as_one(
+    profile: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # two recorded runs given with --pool: one comparison whose measured percentiles are those of
+    # both runs' requests together, and whose throughput is all completions over both spans
+    out = tmp_path / "v"
+    runs = [DATA / "calib.jsonl", DATA / "heldout.jsonl"]
+    assert main(["calibrate", "validate", str(profile), *map(str, runs), "--pool", "--seeds", "2",
+                 "--out-dir", str(out)]) == 0
+    (report,) = json.loads((out / "validation.json").read_text())
+    rows = {r["quantity"]: r for r in report["rows"]}
+    per_run = [ok_records(t) for t in runs]
+    ttft = [r.ttft_s for recs in per_run for r in recs]
+    assert report["measured_requests"] == len(ttft) == sum(map(len, per_run))
+    assert report["simulated_requests"] == 2 * len(ttft)  # two replays of every run
+    assert rows["ttft p99"]["measured"] == pytest.approx(float(np.percentile(ttft, 99)))
+    spans = [max(r.finished_s for r in recs) - min(  # type: ignore[type-var]
+        r.arrived_s for r in read_trace(t) if isinstance(r, RequestRecord))
+        for t, recs in zip(runs, per_run, strict=True)]
+    assert rows["throughput req/s"]["measured"] == pytest.approx(len(ttft) / sum(spans))
+    assert (out / "cdf_pooled.png").stat().st_size > 10_000
