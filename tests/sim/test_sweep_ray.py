@@ -165,9 +165,12 @@ def test_an_interrupted_sweep_resumes_and_runs_only_the_missing_points(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     extra = ["--ray", ray_cluster[0]] if where == "ray" else ["--workers", "2"]
     store = tmp_path / FILE_NAME
+    # Ctrl-C's default disposition in the sweep, as in a terminal: a test run started in the
+    # background by a shell without job control inherits SIGINT ignored, and so would the sweep
     proc = subprocess.Popen(
         [sys.executable, "-m", "edgeserve.cli.main", *_sweep_argv(tmp_path, *extra)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while not (store.exists() and store.read_text().count("\n") >= 2):
         assert proc.poll() is None, proc.communicate()
