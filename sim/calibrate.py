@@ -173,6 +173,13 @@ def step_features(s: EngineStep, kv_cache_tokens: int,
             s.encoder_tokens, encoder_square_sum(s.encoder_tokens, image_sizes))
 
 
+def step_prediction(fit: StageFit, s: EngineStep, kv_cache_tokens: int,
+                    sizes: tuple[int, ...] = ()) -> float:
+    """The step model's time for step ``s`` (no contention, no noise)."""
+    return fit.base_s + sum(fit.per.get(k, 0.0) * v for k, v in zip(
+        STEP_FEATURES, step_features(s, kv_cache_tokens, sizes), strict=True))
+
+
 def fit_steps(steps: Iterable[EngineStep], kv_cache_tokens: int = 0,
               image_sizes: tuple[int, ...] = (), embeds: bool = False) -> StageFit | None:
     """The step-time model from per-step records (``None`` with fewer than MIN_SAMPLES steps).
@@ -503,8 +510,7 @@ def contention(steps: list[EngineStep], fit: StageFit, kv_cache_tokens: int,
         x = sum(iv.fraction(a, s.t_s) for iv in workers.values()) * s.duration_s
         if x < 0.05 * s.duration_s:
             continue
-        pred = fit.base_s + sum(fit.per.get(k, 0.0) * v for k, v in zip(
-            STEP_FEATURES, step_features(s, kv_cache_tokens, sizes), strict=True))
+        pred = step_prediction(fit, s, kv_cache_tokens, sizes)
         xs.append(x)
         ys.append(s.duration_s - pred)
     if len(xs) < MIN_SAMPLES:
@@ -524,8 +530,7 @@ def cold_shape_factor(cold: list[EngineStep], fit: StageFit, kv_cache_tokens: in
     for s in cold:
         a = s.t_s - s.duration_s
         x = sum(iv.fraction(a, s.t_s) for iv in workers.values()) * s.duration_s
-        modelled += fit.base_s + kappa * x + sum(fit.per.get(k, 0.0) * v for k, v in zip(
-            STEP_FEATURES, step_features(s, kv_cache_tokens, sizes), strict=True))
+        modelled += kappa * x + step_prediction(fit, s, kv_cache_tokens, sizes)
         measured += s.duration_s
     return max(0.0, measured / modelled - 1.0) if modelled > 0 else 0.0, len(cold)
 
@@ -549,8 +554,7 @@ def fit_drift_start(steps: list[EngineStep], runs: list[tuple[int, int]], fit: S
             s = steps[i]
             if i not in keep or s.duration_s <= 0:
                 continue
-            pred = fit.base_s + sum(fit.per.get(k, 0.0) * v for k, v in zip(
-                STEP_FEATURES, step_features(s, kv_cache_tokens, sizes), strict=True))
+            pred = step_prediction(fit, s, kv_cache_tokens, sizes)
             if pred >= min_step_s:
                 rows.append((s.t_s - s.duration_s, math.log(s.duration_s / pred)))
         if len(rows) < DRIFT_MIN_STEPS:
@@ -574,8 +578,7 @@ def fit_drift(steps: list[EngineStep], fit: StageFit, kv_cache_tokens: int,
     covariance. Steps shorter than ``min_step_s`` are left out: their ratio is mostly jitter."""
     rows = []
     for s in steps:
-        pred = fit.base_s + sum(fit.per.get(k, 0.0) * v for k, v in zip(
-            STEP_FEATURES, step_features(s, kv_cache_tokens, sizes), strict=True))
+        pred = step_prediction(fit, s, kv_cache_tokens, sizes)
         if s.duration_s > 0 and pred >= min_step_s:
             rows.append((s.t_s, math.log(s.duration_s / pred)))
     if len(rows) < DRIFT_MIN_STEPS:
