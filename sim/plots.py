@@ -21,6 +21,15 @@ def _plt() -> Any:
     return plt
 
 
+def save(fig: Any, path: Path) -> Path:
+    """Lay out ``fig``, write it to ``path`` (PNG, folders made) and free it."""
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    _plt().close(fig)
+    return path
+
+
 def latency_cdf(results: list[RunResult], path: Path, key: str = "policy") -> Path:
     """Fleet end-to-end latency CDF, one line per policy (first seed of each)."""
     plt = _plt()
@@ -39,10 +48,7 @@ def latency_cdf(results: list[RunResult], path: Path, key: str = "policy") -> Pa
     ax.set_title("Latency CDF per policy")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def thermal(result: RunResult, path: Path) -> Path:
@@ -61,10 +67,7 @@ def thermal(result: RunResult, path: Path) -> Path:
     ax2.set_ylabel("clock level (0 = fastest)")
     ax2.set_xlabel("simulated time (s)")
     ax2.grid(True, alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def offload_share(results: list[RunResult], path: Path, key: str = "policy",
@@ -100,10 +103,7 @@ def offload_share(results: list[RunResult], path: Path, key: str = "policy",
     ax.set_title("Offload share over time")
     ax.grid(True, alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def sweep_lines(data: list[dict[str, Any]], x_key: str, path: Path) -> Path:
@@ -137,11 +137,7 @@ def sweep_lines(data: list[dict[str, Any]], x_key: str, path: Path) -> Path:
     axes[0].set_yscale("log")
     axes[1].set_yscale("log")
     fig.suptitle(f"sweep over {x_key}", fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def all_plots(results: list[RunResult], out_dir: Path) -> list[Path]:

@@ -240,11 +240,9 @@ def format_answer(a: Answer) -> str:
 
 def plot_answer(a: Answer, path: Path) -> Path:
     """TTFT p99 and TPOT p99 against offered rate, one line per layout, SLO and asked rate marked."""
-    import matplotlib
+    from sim.plots import _plt, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for lay in sorted({p.layout for p in a.points}, key=lambda lay: lay.tp):
         pts = sorted((p for p in a.points if p.layout == lay), key=lambda p: p.rate_rps)
@@ -262,11 +260,7 @@ def plot_answer(a: Answer, path: Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(f"replicas × TP on {a.gpus} GPUs: {a.box}", fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def to_json(a: Answer) -> dict[str, Any]:

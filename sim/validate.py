@@ -249,12 +249,9 @@ def validate_runs(profile: dict[str, Any], traces: list[Path] | list[str], *,
 
 
 def plot_cdfs(v: Validation, path: Path) -> None:
-    import matplotlib
+    from sim.plots import _plt, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = _plt().subplots(1, 2, figsize=(10, 4))
     for ax, m in zip(axes, ("ttft", "e2e"), strict=True):
         for side, label in ((v.measured, "measured"), (v.simulated, "simulated")):
             xs = np.sort(np.asarray(side.samples[m])) * 1e3
@@ -265,6 +262,4 @@ def plot_cdfs(v: Validation, path: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend()
     fig.suptitle(f"{Path(v.trace).name}: measured vs simulated ({v.profile})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
