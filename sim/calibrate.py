@@ -38,8 +38,8 @@ step's duration is its own:
              + e·encoder_tokens²
 
 (``context_tokens`` = the KV held after the step, ``kv_cache_usage × kv_cache_tokens`` of the
-header). The header also gives the engine's limits (``max_num_seqs``, ``max_num_batched_tokens``,
-block size, KV tokens) and the host's cores, which the profile takes over: the profile
+header; a hybrid model's state blocks left out, :mod:`sim.engine_kv`). The header also gives
+the engine's limits (``max_num_seqs``, ``max_num_batched_tokens``, block size, KV tokens) and the host's cores, which the profile takes over: the profile
 describes the machine that was measured, whatever ``--base`` said. Steps that overlapped a busy
 preprocessing worker were slower than the model: the extra step time per second of worker
 activity during the step (``κ``) goes into ``host.step_extra_s_per_worker_s``; the median hand-off from the end of preprocessing to the
@@ -60,6 +60,7 @@ from typing import Any
 import numpy as np
 
 from edgeserve.records import EngineStep, Outcome, RequestRecord, TraceHeader, read_trace
+from sim.engine_kv import KVCache, context_tokens, kv_cache
 from sim.workload import decoded_pixels
 
 MIN_SAMPLES = 5
@@ -166,21 +167,21 @@ def cold_steps(steps: list[EngineStep], runs: list[tuple[int, int]],
     return cold
 
 
-def step_features(s: EngineStep, kv_cache_tokens: int,
+def step_features(s: EngineStep, kv_cache_tokens: KVCache,
                   image_sizes: tuple[int, ...] = ()) -> tuple[float, ...]:
     """A step's features in :data:`STEP_FEATURES` order (see :func:`encoder_square_sum`)."""
-    return (s.prefill_tokens, s.decode_tokens, s.kv_cache_usage * kv_cache_tokens,
+    return (s.prefill_tokens, s.decode_tokens, context_tokens(s, kv_cache_tokens),
             s.encoder_tokens, encoder_square_sum(s.encoder_tokens, image_sizes))
 
 
-def step_prediction(fit: StageFit, s: EngineStep, kv_cache_tokens: int,
+def step_prediction(fit: StageFit, s: EngineStep, kv_cache_tokens: KVCache,
                     sizes: tuple[int, ...] = ()) -> float:
     """The step model's time for step ``s`` (no contention, no noise)."""
     return fit.base_s + sum(fit.per.get(k, 0.0) * v for k, v in zip(
         STEP_FEATURES, step_features(s, kv_cache_tokens, sizes), strict=True))
 
 
-def fit_steps(steps: Iterable[EngineStep], kv_cache_tokens: int = 0,
+def fit_steps(steps: Iterable[EngineStep], kv_cache_tokens: KVCache = 0,
               image_sizes: tuple[int, ...] = (), embeds: bool = False) -> StageFit | None:
     """The step-time model from per-step records (``None`` with fewer than MIN_SAMPLES steps).
 
@@ -496,7 +497,7 @@ def worker_busy(recs: Iterable[RequestRecord]) -> dict[int, Intervals]:
     return {w: Intervals(v) for w, v in spans.items()}
 
 
-def contention(steps: list[EngineStep], fit: StageFit, kv_cache_tokens: int,
+def contention(steps: list[EngineStep], fit: StageFit, kv_cache_tokens: KVCache,
                workers: dict[int, Intervals], sizes: tuple[int, ...] = ()) -> tuple[float, int]:
     """How much a busy preprocessing worker lengthens an engine step: ``step ≈ fitted + κ·x``,
     ``x`` the seconds of the step during which workers were busy (summed over workers); least
@@ -519,7 +520,7 @@ def contention(steps: list[EngineStep], fit: StageFit, kv_cache_tokens: int,
     return max(0.0, float(xa @ ya / (xa @ xa))), len(xs)
 
 
-def cold_shape_factor(cold: list[EngineStep], fit: StageFit, kv_cache_tokens: int,
+def cold_shape_factor(cold: list[EngineStep], fit: StageFit, kv_cache_tokens: KVCache,
                       workers: dict[int, Intervals], sizes: tuple[int, ...],
                       kappa: float) -> tuple[float, int]:
     """How much longer the steps that ran a shape the first time took than the model says
@@ -541,7 +542,7 @@ DRIFT_TAUS_S = tuple(0.25 * 1.25 ** k for k in range(30))  # 0.25 s … 160 s
 
 
 def fit_drift_start(steps: list[EngineStep], runs: list[tuple[int, int]], fit: StageFit,
-                    kv_cache_tokens: int, sizes: tuple[int, ...], tau_s: float,
+                    kv_cache_tokens: KVCache, sizes: tuple[int, ...], tau_s: float,
                     keep: set[int], min_step_s: float = 0.02) -> float:
     """Where a fresh server's drift starts (log units): the mean log residual of each run's long
     steps (indices in ``keep``) over its first ``τ`` seconds, less the run's own mean, divided by
@@ -567,7 +568,7 @@ def fit_drift_start(steps: list[EngineStep], runs: list[tuple[int, int]], fit: S
     return num / den if den > 0 else 0.0
 
 
-def fit_drift(steps: list[EngineStep], fit: StageFit, kv_cache_tokens: int,
+def fit_drift(steps: list[EngineStep], fit: StageFit, kv_cache_tokens: KVCache,
               sizes: tuple[int, ...] = (), min_step_s: float = 0.02) -> tuple[float, float, int]:
     """The machine's slow drift, from the residuals of the long steps (``steps``: ones no worker
     overlapped): ``r = log(measured / fitted)`` less its mean; the covariance of two steps
@@ -655,7 +656,7 @@ def calibrate_traces(data: TraceData) -> Calibration:
     if isinstance(procs, dict) and isinstance(procs.get("engine_worker"), dict):
         cal.engine_threads = len(procs["engine_worker"].get("cpu_affinity") or [])
     cal.steps = len(data.steps)
-    kv = int(cal.engine.get("kv_cache_tokens") or 0)
+    kv = kv_cache(cal.engine)  # a hybrid model's state blocks are not context (sim.engine_kv)
     ok = [r for r in data.records if r.outcome is Outcome.OK]
     embeds = worker_encoder(data.meta)
     busy = worker_busy_through_encode(ok) if embeds else worker_busy(ok)
