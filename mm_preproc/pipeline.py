@@ -46,6 +46,7 @@ from mm_preproc.errors import InvalidArgumentError
 from mm_preproc.layout import OutputFormat, grid_thw
 from mm_preproc.options import Backend, PreprocOptions
 from mm_preproc.orientation import orient_array
+from mm_preproc.pack import pack_rgb_into
 from mm_preproc.patchify import (
     check_out,
     native_available,
@@ -136,7 +137,7 @@ def preprocess(
     image = pixels[:, :, :3]  # a view when pixels is Pillow's RGBX memory
     timings.pixels_out = th * tw
     if options.output is OutputFormat.IMAGE:
-        np.copyto(target, image)
+        pack_rgb_into(target, pixels)
         pixel_values = image = target
         timings.patchify_s = watch.lap()
     elif options.output is OutputFormat.FLOAT32 and native_available():
