@@ -54,6 +54,13 @@ class EncoderKind(enum.StrEnum):
     ONNX = "onnx"  # on ONNX Runtime in the preprocessing stage; vLLM gets image embeddings
 
 
+class EngineCorePlacement(enum.StrEnum):
+    """Which cores vLLM's EngineCore process may run on (see :mod:`edgeserve.placement`)."""
+
+    WITH_WORKER = "with-worker"  # its model worker's cores, where those are a narrower set
+    ANY = "any"  # wherever vLLM left it (all the server's cores)
+
+
 ENCODER_SUBDIR = "onnx"  # where `edgeserve models export-encoder` writes a model's graph
 
 
@@ -154,6 +161,8 @@ class ServeConfig:
     engine_log: str | None = None  # vLLM's output; None: a file in the temp directory
     verbose: bool = False  # vLLM's output on the terminal instead of in engine_log
     sample_interval_s: float = 1.0
+    # placement
+    engine_core_placement: EngineCorePlacement = EngineCorePlacement.WITH_WORKER
     # lifecycle
     drain_timeout_s: float = 30.0
     engine: EngineOptions = field(default_factory=EngineOptions)
@@ -211,6 +220,13 @@ class ServeConfig:
         if self.sample_interval_s <= 0 or self.http_timeout_s <= 0 or self.drain_timeout_s < 0:
             raise ConfigError("sample_interval_s and http_timeout_s must be > 0, drain_timeout_s >= 0")
         self._check_encoder()
+        if not isinstance(self.engine_core_placement, EngineCorePlacement):
+            try:
+                object.__setattr__(self, "engine_core_placement",
+                                   EngineCorePlacement(self.engine_core_placement))
+            except ValueError:
+                raise ConfigError("engine_core_placement must be 'with-worker' or 'any', got "
+                                  f"{self.engine_core_placement!r}") from None
 
     def _check_encoder(self) -> None:
         if not isinstance(self.encoder, EncoderKind):

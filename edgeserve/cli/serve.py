@@ -35,6 +35,7 @@ _FIELDS = {
     "encoder_threads": "encoder_threads",
     "trace": "trace", "engine_log": "engine_log", "verbose": "verbose",
     "sample_interval": "sample_interval_s", "drain_timeout": "drain_timeout_s",
+    "engine_core_placement": "engine_core_placement",
     "max_model_len": "engine.max_model_len", "max_num_seqs": "engine.max_num_seqs",
     "gpu_memory_utilization": "engine.gpu_memory_utilization", "dtype": "engine.dtype",
     "kv_cache_memory_bytes": "engine.kv_cache_memory_bytes",
@@ -148,6 +149,12 @@ def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
     g.add_argument("--drain-timeout", type=float, metavar="S",
                    help="on SIGTERM, wait this long for in-flight requests "
                    f"(default: {_d('drain_timeout_s')})")
+    g.add_argument("--engine-core-placement", choices=["with-worker", "any"],
+                   help="with-worker: once the engine is up, pin vLLM's EngineCore process to the "
+                   "cores of its model worker where vLLM bound that worker to fewer cores (its "
+                   "CPU build does), so that its spin-wait during a step leaves the preprocessing "
+                   "workers' cores alone; any: leave vLLM's placement "
+                   f"(default: {_d('engine_core_placement')})")
     g = p.add_argument_group("vLLM engine (passed through)")
     g.add_argument("--max-model-len", type=int, help=f"default: {_e('max_model_len')}")
     g.add_argument("--max-num-seqs", type=int, help=f"default: {_e('max_num_seqs')}")

@@ -30,12 +30,13 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from edgeserve import records
-from edgeserve.config import PreprocMode, ServeConfig
+from edgeserve.config import EngineCorePlacement, PreprocMode, ServeConfig
 from edgeserve.console import say
 from edgeserve.encoder import EncoderSpec, check_encoder
 from edgeserve.engine import Engine
 from edgeserve.family_paths import resolve_paths
 from edgeserve.metrics import Metrics
+from edgeserve.placement import colocate_engine_core
 from edgeserve.preproc_pool import shm
 from edgeserve.preproc_pool.inline import InlinePreproc
 from edgeserve.preproc_pool.messages import PreprocParams
@@ -164,6 +165,10 @@ async def serve(cfg: ServeConfig, ready_message: bool = True) -> int:
         engine.shutdown()
         shm.sweep(os.getpid())
         raise
+    if cfg.engine_core_placement is EngineCorePlacement.WITH_WORKER:
+        moved = colocate_engine_core({p for p in preproc.worker_pids() if p is not None})
+        if moved is not None:
+            say(moved.line())
     meta: dict[str, object] = {"model": cfg.model_name, "family": cfg.preproc_spec.family.value,
                                "mode": cfg.mode.value,
                                "workers": cfg.workers if cfg.mode is PreprocMode.SPLIT else 0,

@@ -9,7 +9,7 @@ import pytest
 
 from edgeserve.cli.main import build_parser
 from edgeserve.cli.serve import config_from_args
-from edgeserve.config import ConfigError, PreprocMode, ServeConfig
+from edgeserve.config import ConfigError, EngineCorePlacement, PreprocMode, ServeConfig
 
 
 def parse(*argv: str) -> ServeConfig:
@@ -30,6 +30,9 @@ def test_flags_map_onto_the_config(tiny_model_dir: Path) -> None:
     assert cfg.workers == 3 and cfg.mode is PreprocMode.INLINE and cfg.max_pending == 5
     assert cfg.engine.max_model_len == 2048 and cfg.engine.gpu_memory_utilization == 0.2
     assert cfg.port == 9001 and cfg.allow_http_media is True
+    assert ServeConfig(model=str(tiny_model_dir)).engine_core_placement is EngineCorePlacement.WITH_WORKER
+    assert parse("--model", str(tiny_model_dir), "--engine-core-placement", "any"
+                 ).engine_core_placement is EngineCorePlacement.ANY
 
 
 def test_flags_override_the_file_and_the_file_overrides_defaults(
@@ -68,6 +71,7 @@ def test_unknown_file_fields_are_named(tmp_path: Path) -> None:
         ({"allowed_media_dir": "/no/such/dir"}, "is not a directory"),
         ({"model": "/no/such/model"}, "edgeserve models build-tiny"),
         ({"engine": {"gpu_memory_utilization": 1.5}}, "gpu_memory_utilization"),
+        ({"engine_core_placement": "core0"}, "engine_core_placement must be 'with-worker' or"),
     ],
 )
 def test_bad_values_fail_at_construction_with_the_field_named(

@@ -97,6 +97,25 @@ def test_the_default_server_sizes_its_kv_cache_from_the_model_and_says_how(
     assert "Traceback" not in log and "INFO" not in log
 
 
+def test_the_default_server_runs_vllms_engine_core_on_its_model_workers_cores(
+    default_server: ServerProcess,
+) -> None:
+    """vLLM's CPU build binds its model worker to fewer cores than the host has; the EngineCore,
+    which spin-waits while a step runs, is moved beside it, every thread of it."""
+    import psutil
+
+    children = psutil.Process(default_server.proc.pid).children(recursive=True)
+    core = next(c for c in children if "EngineCore" in c.name())
+    worker = next(c for c in children if c.name().startswith("VLLM::Worker"))
+    worker_cores = set(worker.cpu_affinity())
+    if len(os.sched_getaffinity(0)) > len(worker_cores):
+        for t in core.threads():
+            assert os.sched_getaffinity(t.id) == worker_cores, t.id
+        assert "vLLM's EngineCore" in default_server.log_path.read_text()
+    else:  # vLLM gave its worker every core: nothing to move
+        assert set(core.cpu_affinity()) == os.sched_getaffinity(0)
+
+
 def test_the_default_server_answers_an_image_request(default_server: ServerProcess) -> None:
     rng = np.random.default_rng(0)
     buf = io.BytesIO()
