@@ -6,12 +6,11 @@ scheduler, ``VLLM::EngineCore``) free to run anywhere. While a step runs, the En
 the worker's result on a shared-memory queue by spinning: ``SpinCondition.wait`` in vLLM's
 ``shm_broadcast.py`` calls ``sched_yield`` in a loop for a second after each read. On an idle core
 that costs nothing; on the core the preprocessing workers and the frontend use it is a competitor.
-Measured on the 2-core dev machine (12 MP photos at 2 req/s, two rounds each, docs/runtime.md
-"Where the EngineCore runs"): the EngineCore used 36-38 % of a core, and a preprocessing job that
-overlapped a step took 40-53 % longer than one that did not. Moved onto the model worker's core,
-where the worker is always runnable while a step runs and ``sched_yield`` hands it the core, the
-EngineCore used 2.5-2.8 %, jobs beside a step were as fast as those without, and the worker's own
-CPU share stayed at 72 %.
+Measured on the 2-core dev machine (12 MP photos at 2 req/s, docs/runtime.md "Where the
+EngineCore runs"): the EngineCore used 42 % of a core; moved onto the model worker's core, where
+the worker is always runnable while a step runs and ``sched_yield`` hands it the core, 3 %, with
+the worker's own CPU and the step times unchanged (within 2 %). A first probe had also seen
+preprocessing jobs beside a step take 40-53 % longer with vLLM's placement; a later run only 7-9 %.
 
 Nothing is lost by the move: the EngineCore and the model worker take turns (the worker computes a
 step, the EngineCore reads the result and schedules the next one), so they never need a core at the
