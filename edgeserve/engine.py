@@ -251,16 +251,50 @@ class Engine:
         return out
 
     def describe(self) -> dict[str, object]:
-        """The engine's limits as vLLM resolved them, for the trace header."""
+        """The engine's limits as vLLM resolved them, for the trace header.
+
+        ``kv_cache_tokens`` is vLLM's own capacity ("KV cache size: N tokens": its maximum
+        concurrency at ``max_model_len`` times that length), ``kv_cache_blocks`` its pool of
+        ``block_size``-token blocks (the null block included). For a model with one KV cache per
+        layer the two agree (blocks × block size when ``max_model_len`` is a multiple of it); a
+        hybrid model's requests also take fixed state blocks from the same pool
+        (:class:`~edgeserve.engine_memory.HybridLayout`), so blocks × block size overstated
+        its tokens (111,744 for the tiny Qwen3.5, whose 97 blocks hold 16.17 requests of 4096 tokens: 66,218): the header then
+        adds ``kv_attention_groups`` and ``kv_state_blocks_per_request``, from which a reader
+        turns vLLM's block usage into attention tokens (:mod:`sim.engine_kv`)."""
         vc = self._llm.vllm_config
         cache, sched = vc.cache_config, vc.scheduler_config
         blocks = cache.num_gpu_blocks or 0
-        return {"max_num_seqs": sched.max_num_seqs,
-                "max_num_batched_tokens": sched.max_num_batched_tokens,
-                "max_model_len": vc.model_config.max_model_len,
-                "block_size": cache.block_size, "kv_cache_tokens": blocks * cache.block_size,
-                "enable_prefix_caching": bool(cache.enable_prefix_caching),
-                "platform": "cpu" if vc.device_config.device_type == "cpu" else "gpu"}
+        tokens = getattr(cache, "kv_cache_size_tokens", None)
+        out: dict[str, object] = {
+            "max_num_seqs": sched.max_num_seqs,
+            "max_num_batched_tokens": sched.max_num_batched_tokens,
+            "max_model_len": vc.model_config.max_model_len,
+            "block_size": cache.block_size, "kv_cache_blocks": blocks,
+            "kv_cache_tokens": int(tokens) if tokens is not None else blocks * cache.block_size,
+            "enable_prefix_caching": bool(cache.enable_prefix_caching),
+            "platform": "cpu" if vc.device_config.device_type == "cpu" else "gpu"}
+        concurrency = getattr(cache, "kv_cache_max_concurrency", None)
+        if concurrency is not None:
+            out["kv_cache_max_concurrency"] = round(float(concurrency), 4)
+        layout = self._hybrid_layout(bool(cache.enable_prefix_caching))
+        if layout is not None:
+            out["kv_attention_groups"] = layout.attention_groups
+            out["kv_state_blocks_per_request"] = (layout.state_groups
+                                                  * layout.state_blocks_per_group)
+        return out
+
+    def _hybrid_layout(self, prefix_caching: bool) -> engine_memory.HybridLayout | None:
+        """The hybrid pages of the model's folder, ``None`` for a model without linear-attention
+        layers (or a model that is not a local folder). The group counts do not depend on the
+        block size."""
+        try:
+            geometry = engine_memory.KVGeometry.from_model_dir(self.config.model)
+        except ValueError:
+            return None
+        if geometry.recurrent is None or not geometry.num_layers:
+            return None
+        return engine_memory.HybridLayout.of(geometry, prefix_caching=prefix_caching)
 
     def shutdown(self) -> None:
         if self._llm is not None:

@@ -1,20 +1,21 @@
-"""``edgeserve serve`` on the tiny Qwen3-VL (inline mode), Qwen2.5-VL (split mode) and Qwen3.5
-(default flags: split).
+"""``edgeserve serve`` on the tiny Qwen2.5-VL, Qwen3-VL and Qwen3.5, each in split and inline
+mode.
 
 Specification: the server reads the family from the model folder; ``/v1/models`` and the trace
-header name it; an image request's prompt has the family's image tokens — one per 32×32 pixels
-of the smart-resized image for Qwen3-VL and Qwen3.5, per 28×28 for Qwen2.5-VL (qwen-vl-utils'
-own ``smart_resize`` is the reference) — which the trace's request record counts too; ``--encoder
-onnx``, whose export covers Qwen2-VL's tower only, is declined at start in one line and the
-server answers all the same. A folder of another family ends the start with one paragraph.
-Qwen3.5's hybrid language model gets a KV cache that vLLM itself reports as holding exactly
-``max_num_seqs`` requests of ``max_model_len`` (its linear-attention layers cost a fixed state
-per request, not KV per token).
+header name it, and the header's ``mode`` and ``workers`` are the mode asked for; an image
+request's prompt has the family's image tokens — one per 32×32 pixels of the smart-resized image
+for Qwen3-VL and Qwen3.5, per 28×28 for Qwen2.5-VL (qwen-vl-utils' own ``smart_resize`` is the
+reference) — for two sizes, which the trace's request record counts too, and ``max_tokens`` is
+honoured; ``--encoder onnx``, whose export covers Qwen2-VL's tower only, is declined at start in
+one line and the server answers all the same. A folder of another family ends the start with one
+paragraph. Qwen3.5's hybrid language model gets a KV cache that vLLM itself reports as holding
+exactly ``max_num_seqs`` requests of ``max_model_len`` (its linear-attention layers cost a fixed
+state per request, not KV per token), and the trace header's ``kv_cache_tokens`` is that
+capacity, not its blocks × block size.
 
-Modes: one engine start per family. The mode only decides where the family's spec is applied
-(worker processes or the frontend), so each geometry is served both ways: 32-px split (Qwen3.5),
-32-px inline (Qwen3-VL), 28-px split (Qwen2.5-VL here, Qwen2-VL in test_serve.py), 28-px inline
-(Qwen2-VL in test_serve_inline.py).
+Engine starts: six, one per family and mode — Qwen3-VL and Qwen2.5-VL in both modes and Qwen3.5
+inline with ``--encoder onnx`` (``family_server``), Qwen3.5 with default flags (split,
+``qwen3_5_server``). Qwen2-VL's two modes are served in test_serve.py and test_serve_inline.py.
 """
 
 from __future__ import annotations
@@ -76,16 +77,21 @@ def ask(srv: ServerProcess, url: str, max_tokens: int) -> openai.types.Completio
     return out.usage
 
 
-@pytest.fixture(scope="module", params=[(Family.QWEN3_VL, "inline"), (Family.QWEN2_5_VL, "split")],
-                ids=["qwen3_vl-inline", "qwen2_5_vl-split"])
+# every family in both modes; Qwen3.5 split is qwen3_5_server below (default flags)
+FAMILY_MODES = [(Family.QWEN3_VL, "inline"), (Family.QWEN3_VL, "split"),
+                (Family.QWEN2_5_VL, "split"), (Family.QWEN2_5_VL, "inline"),
+                (Family.QWEN3_5, "inline")]
+
+
+@pytest.fixture(scope="module", params=FAMILY_MODES,
+                ids=[f"{f.value}-{m}" for f, m in FAMILY_MODES])
 def family_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
                   ) -> Iterator[tuple[Family, Path, ServerProcess, Path]]:
     family, mode = request.param
     model = build_family(family)
     d = tmp_path_factory.mktemp(family.value)
     trace = d / "trace.jsonl"
-    # --encoder onnx: declined for these families (see the module docstring); --mode: each
-    # geometry in both modes across the families, one engine start each (module docstring)
+    # --encoder onnx: declined for these families (see the module docstring)
     srv = ServerProcess(["--model", str(model), "--mode", mode, "--encoder", "onnx",
                          "--trace", str(trace)], d / "server.log").start()
     yield family, model, srv, trace
@@ -105,6 +111,9 @@ def test_the_family_is_named_and_image_tokens_follow_its_rule(
     lines = list(records.read_trace(trace))
     header = next(r for r in lines if isinstance(r, records.TraceHeader))
     assert header.meta["family"] == family.value
+    mode = srv.argv[srv.argv.index("--mode") + 1]
+    assert header.meta["mode"] == mode
+    assert (header.meta["workers"] > 0) == (mode == "split")  # type: ignore[operator]
     assert any("--encoder onnx" in note for note in header.meta["fallbacks"])  # type: ignore[union-attr]
     requests = [r for r in lines if isinstance(r, records.RequestRecord)]
     assert [r.image_tokens for r in requests] == [
@@ -114,6 +123,20 @@ def test_the_family_is_named_and_image_tokens_follow_its_rule(
 
 
 QWEN3_5_SIZES = [(640, 480), (1920, 1080)]
+
+
+def engine_layout(model: Path) -> HybridLayout:
+    """The hybrid pages of the model as the engine on this CPU lays them out (its state dtype)."""
+    import torch
+
+    ssm = cpu_ssm_dtype("auto", avx512_bf16=bool(torch.cpu._is_avx512_bf16_supported()))
+    return HybridLayout.of(KVGeometry.from_model_dir(model, ssm_dtype=ssm))
+
+
+def vllm_log(srv: ServerProcess) -> str:
+    said = re.search(r"vLLM's output: (\S+)\)", srv.log_path.read_text())
+    assert said is not None  # the server names its engine log at start
+    return Path(said.group(1)).read_text()
 
 
 @pytest.fixture(scope="module")
@@ -155,14 +178,9 @@ def test_qwen3_5_kv_cache_holds_max_num_seqs_requests_as_vllm_counts_them(
     linear-attention layer's state, and its maximum concurrency at max_model_len, which is the
     16 default sequences (plus the null block's 1/6) — counting the Gated DeltaNet layer as
     attention, as the sizing did before, gave vLLM 18.83 requests' worth."""
-    import torch
-
     model, srv, _ = qwen3_5_server
-    ssm = cpu_ssm_dtype("auto", avx512_bf16=bool(torch.cpu._is_avx512_bf16_supported()))
-    layout = HybridLayout.of(KVGeometry.from_model_dir(model, ssm_dtype=ssm))
-    said = re.search(r"vLLM's output: (\S+)\)", srv.log_path.read_text())
-    assert said is not None  # the server names its engine log at start
-    engine_log = Path(said.group(1)).read_text()
+    layout = engine_layout(model)
+    engine_log = vllm_log(srv)
     block = re.search(r"Setting attention block size to (\d+) tokens", engine_log)
     assert block is not None and int(block.group(1)) == layout.block_tokens
     found = re.search(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x",
@@ -186,6 +204,31 @@ def test_qwen3_5_trace_header_names_the_family(
     assert not header.meta.get("fallbacks")
     requests = [r for r in lines if isinstance(r, records.RequestRecord)]
     assert requests[-1].image_tokens == expected_prompt_tokens(model, 800, 600)[1]
+
+
+def test_qwen3_5_trace_header_gives_the_kv_capacity_vllm_reports(
+    qwen3_5_server: tuple[Path, ServerProcess, Path]
+) -> None:
+    """``kv_cache_tokens`` is vLLM's "KV cache size: N tokens" (16.17 requests × 4096 =
+    66,218), not blocks × block size (97 × 1152 = 111,744, which counted the state blocks as
+    tokens); the header names the pool and the layout a reader needs (sim.engine_kv)."""
+    model, srv, trace = qwen3_5_server
+    srv.stop()  # closes the trace
+    header = next(records.read_trace(trace))
+    assert isinstance(header, records.TraceHeader)
+    engine = header.meta["engine"]
+    assert isinstance(engine, dict)
+    said = re.search(r"KV cache size: ([\d,]+) tokens", vllm_log(srv))
+    assert said is not None
+    layout = engine_layout(model)
+    per_request = layout.blocks_per_request(4096)
+    assert engine["kv_cache_tokens"] == int(said.group(1).replace(",", "")) == int(
+        (16 * per_request + 1) / per_request * 4096)
+    assert engine["kv_cache_blocks"] == 16 * per_request + 1
+    assert engine["block_size"] == layout.block_tokens
+    assert engine["kv_cache_tokens"] < engine["kv_cache_blocks"] * engine["block_size"]
+    assert (engine["kv_attention_groups"], engine["kv_state_blocks_per_request"]) == (
+        layout.attention_groups, layout.state_groups * layout.state_blocks_per_group)
 
 
 def test_a_folder_of_another_family_fails_in_one_paragraph(tmp_path: Path) -> None:
