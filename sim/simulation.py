@@ -183,6 +183,16 @@ class Simulation:
         """Call ``fn(record)`` for every request that leaves the system (finished, failed, dropped)."""
         self._record_sinks.append(fn)
 
+    def record_token_times(self) -> None:
+        """Give every request of a device's step engine its output tokens' times
+        (``token_times_s``, as the runtime records them), so inter-token latencies can be compared
+        with a measured run. Keeps every step's end in memory: for validation-sized runs."""
+        from sim.step_engine import StepEngine
+
+        for d in self.devices:
+            if isinstance(d.engine, StepEngine):
+                d.engine.record_token_times = True
+
     def add_sample_sink(self, fn: SampleSink) -> None:
         """Call ``fn(sample)`` for every periodic :class:`~edgeserve.records.DeviceSample`."""
         self._sample_sinks.append(fn)

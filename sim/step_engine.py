@@ -130,6 +130,7 @@ class StepEngine(Engine):
         "_shapes",
         "_step_cb",
         "_step_decode",
+        "_step_ends",
         "_waiting_images",
         "_waiting_images_sq",
         "_waiting_tokens",
@@ -139,6 +140,7 @@ class StepEngine(Engine):
         "encoder_in_step",
         "on_step",
         "prefills",
+        "record_token_times",
         "step_end_s",
         "stepping",
         "steps",
@@ -191,6 +193,11 @@ class StepEngine(Engine):
         self.steps = 0  # steps run (the running one included)
         self.stepping = False  # a step is running or about to start (else the engine is idle)
         self.step_end_s = 0.0
+        # every output token's time on its record (``token_times_s``, as the runtime records
+        # them), for comparing inter-token latencies with a measured run; off by default: it keeps
+        # the end of every step the engine runs
+        self.record_token_times = False
+        self._step_ends: list[float] = []
         self.on_step: Callable[[Step], Any] | None = None  # called as each step starts
         # a step of this duration starting now, stretched for sharing its cores (None: as is)
         self.stretch: Callable[[float], float] | None = None
@@ -385,6 +392,8 @@ class StepEngine(Engine):
             self.loop.at(self.step_end_s, self._step_cb, None)
             return
         t = self.steps
+        if self.record_token_times:
+            self._step_ends.append(now)  # the end of step t, at index t - 1
         self._ctx_decoding += self._step_decode
         decoding = self.decoding
         while decoding and decoding[0][0] <= t:
@@ -415,6 +424,11 @@ class StepEngine(Engine):
         self.kv_used -= (job.prompt_tokens + out + b - 1) // b * b
         rec = job.rec
         rec.last_token_s = now
+        if self.record_token_times:
+            # a running request gets one token in every step from its first to its last (no
+            # preemption here), and it finishes at the end of step ``self.steps``
+            t = self.steps
+            rec.token_times_s = self._step_ends[t - out:t] if out > 0 else []
         if self.finishes:
             rec.finished_s = now
         if out > 1:

@@ -52,7 +52,7 @@ class Side:
         itl = r.itl_s()
         if itl:
             self.samples["itl"].extend(itl)
-        elif r.tpot_s is not None:  # the simulator spaces tokens evenly: its ITL is its TPOT
+        elif r.tpot_s is not None:  # a batch engine spaces tokens evenly: its ITL is its TPOT
             self.samples["itl"].extend([r.tpot_s] * (r.output_tokens - 1))
         for stage, a, b in stage_spans(r):
             self.stage_s.setdefault(stage.value, []).append(b - a)
@@ -210,6 +210,7 @@ def validate(profile: dict[str, Any], trace: str | Path, *, profile_name: str = 
     first: list[RequestRecord] = []
     for k in range(seeds):
         sim = Simulation(scenario_from_raw(replay_scenario(profile, trace, span, seed + k), None, []))
+        sim.record_token_times()  # a step engine's ITLs are its step gaps, as measured
         simulated: list[RequestRecord] = []
         sim.add_record_sink(simulated.append)
         sim.run()

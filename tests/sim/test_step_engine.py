@@ -50,6 +50,7 @@ class Run:
         self.log: list[tuple[Any, ...]] = []
         self.errors: list[str | None] = []
         self.steps: list[tuple[float, ...]] = []
+        self.jobs = jobs
         self.engine = e = StepEngine(loop, "e", m or model(), kv_tokens, self._done,
                                      encoder_in_step=encoder_in_step)
         e.on_step = lambda s: self.steps.append((round(s.start_s, 9), round(s.duration_s, 9),
@@ -97,6 +98,20 @@ def test_decode_tokens_ride_in_the_steps_of_another_requests_prefill_chunks() ->
         (1.92, 0.12, 0, 2, 103 + 1501, 0),
     ]
     assert r.log == [("a", 0.0, 0.2, 2.04), ("b", 0.15, 1.92, 2.04)]
+
+
+def test_recorded_token_times_are_the_ends_of_the_steps_each_token_rode_in() -> None:
+    # the timeline above: a's tokens come at the ends of steps 1-4, b's at the ends of 3 and 4, so
+    # a's gaps are the long steps carrying b's chunks, not its mean time per output token
+    r = Run([job("a", 0.0, 100, 4), job("b", 0.15, 1500, 2)])
+    r.engine.record_token_times = True
+    r.run()
+    rec = {j.rec.id: j.rec for j in r.jobs}
+    assert [round(t, 9) for t in rec["a"].token_times_s] == [0.2, 1.309, 1.92, 2.04]
+    assert [round(t, 9) for t in rec["b"].token_times_s] == [1.92, 2.04]
+    assert [round(x, 9) for x in rec["a"].itl_s()] == [1.109, 0.611, 0.12]
+    # off (the default), records carry no token times
+    assert all(not j.rec.token_times_s for j in Run([job("c", 0.0, 100, 4)]).run().jobs)
 
 
 def test_short_prompts_share_one_step_up_to_the_budget_in_arrival_order() -> None:
