@@ -501,9 +501,13 @@ def contention(steps: list[EngineStep], fit: StageFit, kv_cache_tokens: KVCache,
                workers: dict[int, Intervals], sizes: tuple[int, ...] = ()) -> tuple[float, int]:
     """How much a busy preprocessing worker lengthens an engine step: ``step ≈ fitted + κ·x``,
     ``x`` the seconds of the step during which workers were busy (summed over workers); least
-    squares through the origin on the steps that overlapped a worker. Returns ``(κ, steps)``:
-    κ = 1 means each second of worker activity costs the step a second."""
-    xs, ys = [], []
+    squares through the origin on the steps that overlapped a worker, each weighted by
+    1/fitted² — a step's own noise grows with its length (a cv), so a 1 s encoder step that a
+    worker overlapped for 25 ms says next to nothing about κ, while a 5 ms decode step overlapped
+    throughout says much; unweighted, the long steps' noise set κ (0.34 on one recording whose
+    overlapped decode steps were no slower than the others). Returns ``(κ, steps)``: κ = 1 means
+    each second of worker activity costs the step a second."""
+    xs, ys, ws = [], [], []
     for s in steps:
         a = s.t_s - s.duration_s
         if s.duration_s <= 0:
@@ -512,12 +516,15 @@ def contention(steps: list[EngineStep], fit: StageFit, kv_cache_tokens: KVCache,
         if x < 0.05 * s.duration_s:
             continue
         pred = step_prediction(fit, s, kv_cache_tokens, sizes)
+        if pred <= 0:
+            continue
         xs.append(x)
         ys.append(s.duration_s - pred)
+        ws.append(1.0 / (pred * pred))
     if len(xs) < MIN_SAMPLES:
         return 0.0, len(xs)
-    xa, ya = np.asarray(xs), np.asarray(ys)
-    return max(0.0, float(xa @ ya / (xa @ xa))), len(xs)
+    xa, ya, wa = np.asarray(xs), np.asarray(ys), np.asarray(ws)
+    return max(0.0, float((wa * xa) @ ya / ((wa * xa) @ xa))), len(xs)
 
 
 def cold_shape_factor(cold: list[EngineStep], fit: StageFit, kv_cache_tokens: KVCache,
@@ -693,10 +700,8 @@ def calibrate_traces(data: TraceData) -> Calibration:
                 if a.running > 0 and abs(b.t_s - b.duration_s - a.t_s) < 0.05]
         if len(gaps) >= MIN_SAMPLES:
             cal.step_gap_s = max(0.0, float(np.mean(gaps)))
-            cal.step.base_s += cal.step_gap_s
-        cal.step.note = (f"{cal.step.n} of {cal.steps} engine steps"
-                         + (", those with no worker busy" if use_quiet else "")
-                         + f"; base includes a {cal.step_gap_s * 1e3:.3f} ms gap between steps")
+        # contention, cold shapes and drift compare a step's own time (vLLM's elapsed_ms) with the
+        # model's, so they are fitted before the gap joins the base
         if use_quiet:
             cal.contention, cal.contention_n = contention(warm, cal.step, kv, busy, sizes)
         cal.cold_factor, cal.cold_n = cold_shape_factor(
@@ -710,6 +715,10 @@ def calibrate_traces(data: TraceData) -> Calibration:
                 data.steps, runs, cal.step, kv, sizes, tau,
                 {i for i, s in enumerate(data.steps) if id(s) in keep})
             cal.step.cv = math.sqrt(max(cal.step.cv ** 2 - (math.exp(sd * sd) - 1.0), 0.0))
+        cal.step.base_s += cal.step_gap_s
+        cal.step.note = (f"{cal.step.n} of {cal.steps} engine steps"
+                         + (", those with no worker busy" if use_quiet else "")
+                         + f"; base includes a {cal.step_gap_s * 1e3:.3f} ms gap between steps")
     elif data.steps:
         cal.skipped["step"] = f"{len(data.steps)} engine steps (need {MIN_SAMPLES})"
     return cal

@@ -10,6 +10,14 @@ scheduler fills a budget of ``max_num_batched_tokens`` tokens:
    ``max_num_seqs`` requests run and the KV cache has blocks for them; each gets a first chunk of
    its prompt, cut off where the budget ends (chunked prefill).
 
+With the vision encoder in the step, the images a step encodes share an encoder budget (vLLM's
+``max_num_encoder_input_tokens``, the token budget). A request whose image does not fit what the
+step's earlier images left is admitted without it — vLLM schedules its text up to the image — and
+the scheduler goes on down the queue, so a small image behind a large one can be encoded first,
+in the large one's step; the passed-over request encodes its image in a later step, before the
+requests admitted after it. (The few text tokens before the image are computed here with the
+image, not in the step that admitted it.)
+
 A request's first token comes out at the end of the step that computes the last token of its
 prompt; from the next step on it decodes one token per step. Picture a budget of 2048 tokens,
 request A decoding, B (a 3000-token prompt) and C (600 tokens) arriving together::
@@ -124,8 +132,8 @@ class StepEngine(Engine):
         "_kv_cap",
         "_noise",
         "_noisy",
-        "_partial",
-        "_partial_done",
+        "_prefilling",
+        "_prefilling_tokens",
         "_seq",
         "_shapes",
         "_step_cb",
@@ -178,12 +186,14 @@ class StepEngine(Engine):
         self._cold_factor = model.cold_shape_factor
         self._shapes: set[int] = set()  # prefill-token counts run (> 0), image sizes encoded (< 0)
         self.encoder_in_step = encoder_in_step
-        # running requests: decoding ones on a heap by the step their last token comes in;
-        # this step's prefill chunks in FCFS order, the last of them perhaps partial
+        # running requests: decoding ones on a heap by the step their last token comes in; the
+        # prompts the running step completes; the prompts it leaves unfinished, in admission
+        # order, as (job, its prompt tokens in KV at the step's end, its image encoded): one cut
+        # off by the token budget, and those admitted while the step's encoder budget was spent
         self.decoding: list[tuple[int, int, Job]] = []  # (finish step, seq, job)
         self.prefills: list[Job] = []
-        self._partial: Job | None = None  # prompt not finished by the running step
-        self._partial_done = 0  # its prompt tokens in KV at the end of the running step
+        self._prefilling: list[tuple[Job, int, bool]] = []
+        self._prefilling_tokens = 0  # prompt tokens they still have to compute
         self._ctx_decoding = 0  # KV tokens of the decoding requests after the last step
         self._step_decode = 0  # decode tokens of the running step
         self._waiting_tokens = 0  # prompt tokens the waiting requests still have to compute
@@ -211,18 +221,16 @@ class StepEngine(Engine):
         return len(self.decoding)
 
     def in_flight(self) -> int:
-        return len(self.decoding) + len(self.prefills)
+        return len(self.decoding) + len(self.prefills) + len(self._prefilling)
 
     def estimate_s(self, job: Job) -> float:
         """Rough time from submission to last token for ``job`` given the current state: the
         prompt tokens queued ahead (FCFS) and its own, in steps that also carry the decoders'
         tokens, then its decode steps (or the recently observed time per output token, if that is
         longer). Admission waits for a free slot or KV blocks are not foreseen."""
-        partial = self._partial
-        decoders = len(self.decoding) + len(self.prefills) - (partial is not None)
-        tokens = self._waiting_tokens + job.prompt_tokens - first_computed(job)
-        if partial is not None:
-            tokens += partial.prompt_tokens - self._partial_done
+        decoders = len(self.decoding) + len(self.prefills)
+        tokens = self._waiting_tokens + self._prefilling_tokens + job.prompt_tokens \
+            - first_computed(job)
         room = self.budget - decoders
         if room < 1:
             room = 1
@@ -235,7 +243,7 @@ class StepEngine(Engine):
         if self.encoder_in_step:
             t += self._c_encoder * (self._waiting_images + job.image_tokens) + self._c_encoder_sq \
                 * (self._waiting_images_sq + job.image_tokens * job.image_tokens)
-        b = len(self.decoding) + len(self.prefills) + len(self.waiting) + 1
+        b = self.in_flight() + len(self.waiting) + 1
         if b > self.max_batch:
             b = self.max_batch
         scale = self.clock_scale
@@ -297,57 +305,87 @@ class StepEngine(Engine):
         n_dec = len(self.decoding)
         budget -= n_dec  # (max_num_batched_tokens >= max_num_seqs: every decoder fits)
         ctx = self._ctx_decoding + n_dec
-        prefills = self.prefills
+        prefills = self.prefills  # this step's prompts that complete in it
         prefill = 0
         enc = 0
         enc_sq = 0
         cold = False
-        job = self._partial
-        if job is not None:  # the prompt chunked over the previous steps goes on first
-            done = self._partial_done
-            chunk = job.prompt_tokens - done
+        enc_budget = self.encoder_budget
+        in_step = self.encoder_in_step
+        # running requests still in their prompt, in admission order: the last chunked by the
+        # token budget, or admitted with their image waiting for the encoder budget (vLLM
+        # schedules such a request's text up to its image and passes over it, not stopping)
+        running = self._prefilling
+        seqs = n_dec + len(running)
+        still: list[tuple[Job, int, bool]] = []
+        for entry in running:
+            job, done, encoded = entry
+            if budget <= 0:
+                still.append(entry)
+                continue
+            if not encoded:
+                img = job.image_tokens
+                if enc and enc + img > enc_budget:
+                    still.append(entry)  # its image waits again; those behind it may go on
+                    continue
+                enc += img
+                enc_sq += img * img
+                if self._cold_factor and img and -img not in self._shapes:
+                    self._shapes.add(-img)  # an image size encoded the first time
+                    cold = True
+            p = job.prompt_tokens
+            chunk = p - done
             if chunk > budget:
                 chunk = budget
-            else:
-                self._partial = None  # its last chunk: first token at this step's end
-            self._partial_done = done = done + chunk
-            prefill = chunk
+            done += chunk
+            prefill += chunk
             ctx += done
             budget -= chunk
-            prefills.append(job)
+            self._prefilling_tokens -= chunk
+            if done < p:
+                still.append((job, done, True))
+            else:
+                prefills.append(job)  # its last chunk: first token at this step's end
         waiting = self.waiting
         max_seqs = self.max_batch
         b = self._block
-        while budget > 0 and waiting and n_dec + len(prefills) < max_seqs:
+        while budget > 0 and waiting and seqs < max_seqs:
             job = waiting[0]
             p = job.prompt_tokens
             need = (p + job.output_tokens + b - 1) // b * b
             if self.kv_used + need > self._kv_cap:
                 break  # FCFS: the head waits for blocks, and everyone behind it
-            if self.encoder_in_step and enc and enc + job.image_tokens > self.encoder_budget:
-                break  # its image waits for the next step's encoder budget
             waiting.popleft()
+            seqs += 1
             self.kv_used += need
             start = first_computed(job)
-            chunk = p - start
-            self._waiting_tokens -= chunk
+            rest = p - start
+            img = job.image_tokens if in_step else 0
+            self._waiting_tokens -= rest
             self._waiting_images -= job.image_tokens
             self._waiting_images_sq -= job.image_tokens * job.image_tokens
+            if img and enc and enc + img > enc_budget:
+                # admitted without its image (and, here, without the few text tokens before it)
+                still.append((job, start, False))
+                self._prefilling_tokens += rest
+                continue
+            enc += img
+            enc_sq += img * img
+            if self._cold_factor and img and -img not in self._shapes:
+                self._shapes.add(-img)  # an image size encoded the first time
+                cold = True
+            chunk = rest
             if chunk > budget:
                 chunk = budget
-                self._partial = job
-                self._partial_done = start + chunk
+                still.append((job, start + chunk, True))
+                self._prefilling_tokens += rest - chunk
+            else:
+                prefills.append(job)
             prefill += chunk
             ctx += start + chunk
             budget -= chunk
-            if self.encoder_in_step:
-                enc += job.image_tokens
-                enc_sq += job.image_tokens * job.image_tokens
-                if self._cold_factor and job.image_tokens and -job.image_tokens not in self._shapes:
-                    self._shapes.add(-job.image_tokens)  # an image size encoded the first time
-                    cold = True
-            prefills.append(job)
-        if not prefills and not n_dec:
+        self._prefilling = still
+        if not prefills and not n_dec and not prefill and not enc:
             self.stepping = False
             if self.busy:
                 self.busy = False
@@ -400,11 +438,8 @@ class StepEngine(Engine):
             job = heappop(decoding)[2]
             self._ctx_decoding -= job.prompt_tokens + job.output_tokens - 1
             self._finish(job, now)
-        partial = self._partial
         prefills = self.prefills
         for job in prefills:
-            if job is partial:
-                continue
             job.rec.first_token_s = now
             if self.on_first_token is not None:
                 self.on_first_token(job)

@@ -193,6 +193,19 @@ def test_an_image_beyond_the_steps_encoder_budget_waits_for_the_next_step() -> N
     assert r.log == [("a", 0.0, 0.3, 0.51), ("b", 0.0, 0.51, 0.51)]
 
 
+def test_a_small_image_passes_a_large_one_the_encoder_budget_holds_back_as_vllm_schedules() -> None:
+    # a, b, c, d arrive together (images 600, 600, 300, 600; encoder budget 1000). Step 1 encodes
+    # a's image; b's does not fit beside it, so vLLM admits b without it and goes on: c's 300 fits
+    # (900), d's does not. Step 2 runs b (admitted before d) beside a's decode token, step 3 d.
+    r = Run([job("a", 0.0, 200, 2, image=600), job("b", 0.0, 200, 1, image=600),
+             job("c", 0.0, 100, 1, image=300), job("d", 0.0, 200, 1, image=600)],
+            encoder_in_step=True).run()
+    assert [s[2:4] + s[5:] for s in r.steps] == [(300, 0, 900), (200, 1, 600), (200, 0, 600)]
+    assert r.log == [("c", 0.0, 0.4, 0.4), ("a", 0.0, 0.4, 0.71), ("b", 0.0, 0.71, 0.71),
+                     ("d", 0.0, 1.01, 1.01)]
+    assert r.engine.in_flight() == 0 and r.engine.kv_used == 0
+
+
 def test_a_clock_change_stretches_the_steps_started_after_it() -> None:
     # steps of 0.2 (prefill), then 0.11 each; at 0.25 the clock slows to scale 2: the running
     # step keeps its end (0.31), the two after it take 0.22 s.
