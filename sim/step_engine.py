@@ -330,9 +330,7 @@ class StepEngine(Engine):
                     continue
                 enc += img
                 enc_sq += img * img
-                if self._cold_factor and img and -img not in self._shapes:
-                    self._shapes.add(-img)  # an image size encoded the first time
-                    cold = True
+                cold = self._cold_image(img) or cold
             p = job.prompt_tokens
             chunk = p - done
             if chunk > budget:
@@ -371,9 +369,7 @@ class StepEngine(Engine):
                 continue
             enc += img
             enc_sq += img * img
-            if self._cold_factor and img and -img not in self._shapes:
-                self._shapes.add(-img)  # an image size encoded the first time
-                cold = True
+            cold = self._cold_image(img) or cold
             chunk = rest
             if chunk > budget:
                 chunk = budget
@@ -417,6 +413,14 @@ class StepEngine(Engine):
         if self.on_step is not None:
             self.on_step(Step(now, d, prefill, n_dec, ctx, enc))
         self.loop.at(end, self._step_cb, None)
+
+    def _cold_image(self, img: int) -> bool:
+        """Whether an image of ``img`` tokens is the first of its size this engine encodes (a
+        cold shape, with a cold-shape factor set); it is remembered as seen."""
+        if self._cold_factor and img and -img not in self._shapes:
+            self._shapes.add(-img)
+            return True
+        return False
 
     def extend(self, extra_s: float) -> None:
         """Lengthen the running step by ``extra_s`` (its owner's other work slowed it down)."""
