@@ -381,7 +381,7 @@ class StepEngine(Engine):
             ctx += start + chunk
             budget -= chunk
         self._prefilling = still
-        if not prefills and not n_dec and not prefill and not enc:
+        if not prefill and not n_dec:  # (an encoded image always brings prompt tokens)
             self.stepping = False
             if self.busy:
                 self.busy = False
