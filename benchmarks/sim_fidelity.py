@@ -170,11 +170,18 @@ def main() -> int:
         rows = {q: (a, b, e) for q, a, b, e in v.rows()}
         report["runs"][name] = v.as_dict()
         if name != "calib":
+            ivs = v.measured_intervals()
             for q, bound in TARGETS.items():
-                e = rows.get(q, (None, None, None))[2]
+                a, b, e = rows.get(q, (None, None, None))
                 verdict = "—" if e is None else ("met" if abs(e) <= bound else "MISSED")
+                own = ""
+                if q in ivs and a and b is not None:  # the measured figure's own 95 % interval
+                    lo, hi = ivs[q]
+                    own = (f" (measured's own 95 %: {(lo / a - 1) * 100:+.1f} … "
+                           f"{(hi / a - 1) * 100:+.1f} %"
+                           f"{', simulated inside it' if lo <= b <= hi else ''})")
                 print(f"  target {q:18s} ±{bound * 100:.0f} %: "
-                      f"{'—' if e is None else f'{e * 100:+.1f} %'} {verdict}")
+                      f"{'—' if e is None else f'{e * 100:+.1f} %'} {verdict}{own}")
     sides = []
     for t in groups["calib"][:2]:
         side = Side()

@@ -9,7 +9,10 @@ profile, every request local, and sets the simulated requests beside the measure
 * the mean time of each stage (preprocessing queue, decode, resize, normalize, engine queue,
   generation) and the stall fraction (the time the engine sat idle while a request was in a CPU
   stage, over the run's span);
-* measured-vs-simulated CDFs of TTFT and E2E (PNG).
+* measured-vs-simulated CDFs of TTFT and E2E (PNG);
+* beside each measured latency figure, its own 95 % interval (a block bootstrap over arrival
+  time, :mod:`sim.bootstrap`): an error whose simulated figure lies inside it is no larger than
+  what another run of the same load could have shown.
 
 A profile is trusted as far as these errors go; docs/sim.md quotes them for held-out runs.
 """
@@ -24,9 +27,11 @@ from typing import Any
 import numpy as np
 
 from edgeserve.records import CPU_STAGES, Outcome, RequestRecord, Stage, read_trace, stage_spans
+from sim.bootstrap import block_intervals
 
 METRICS = ("ttft", "tpot", "itl", "e2e")
 STATS = ("mean", "p50", "p90", "p99")
+BLOCK_S = 10.0  # bootstrap block: longer than the machine's drift and a queue's life
 
 
 @dataclass(slots=True)
@@ -34,6 +39,11 @@ class Side:
     """One side of the comparison: latency samples and stage means of completed requests."""
 
     samples: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in METRICS})
+    # per sample: its request's arrival and which pooled run it came from (the block bootstrap's
+    # blocks are cut from these)
+    arrival_s: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in METRICS})
+    run: dict[str, list[int]] = field(default_factory=lambda: {m: [] for m in METRICS})
+    runs: int = 1
     stage_s: dict[str, list[float]] = field(default_factory=dict)
     completed: int = 0
     first_arrival_s: float = math.inf
@@ -48,14 +58,19 @@ class Side:
         self.last_finish_s = max(self.last_finish_s, r.finished_s)
         for name, v in (("ttft", r.ttft_s), ("tpot", r.tpot_s), ("e2e", r.e2e_s)):
             if v is not None:
-                self.samples[name].append(v)
+                self._sample(name, [v], r.arrived_s)
         itl = r.itl_s()
         if itl:
-            self.samples["itl"].extend(itl)
+            self._sample("itl", itl, r.arrived_s)
         elif r.tpot_s is not None:  # a batch engine spaces tokens evenly: its ITL is its TPOT
-            self.samples["itl"].extend([r.tpot_s] * (r.output_tokens - 1))
+            self._sample("itl", [r.tpot_s] * (r.output_tokens - 1), r.arrived_s)
         for stage, a, b in stage_spans(r):
             self.stage_s.setdefault(stage.value, []).append(b - a)
+
+    def _sample(self, metric: str, xs: list[float], arrived_s: float) -> None:
+        self.samples[metric].extend(xs)
+        self.arrival_s[metric].extend([arrived_s] * len(xs))
+        self.run[metric].extend([self.runs - 1] * len(xs))
 
     pooled_span_s: float = 0.0  # Σ of the pooled runs' spans (0: one run)
 
@@ -69,6 +84,9 @@ class Side:
         span = self.span_s if self.completed else 0.0
         for m, xs in other.samples.items():
             self.samples[m].extend(xs)
+            self.arrival_s[m].extend(other.arrival_s[m])
+            self.run[m].extend(k + self.runs for k in other.run[m])
+        self.runs += other.runs
         for st, xs in other.stage_s.items():
             self.stage_s.setdefault(st, []).extend(xs)
         self.completed += other.completed
@@ -82,9 +100,21 @@ class Side:
         xs = self.samples[metric]
         if not xs:
             return None
-        if which == "mean":
-            return float(np.mean(xs))
-        return float(np.percentile(xs, float(which[1:])))
+        return float(_stats(np.asarray(xs), (which,))[0])
+
+    def intervals(self, metric: str, *, block_s: float = BLOCK_S,
+                  resamples: int = 1000) -> dict[str, tuple[float, float]]:
+        """95 % block-bootstrap interval of each of STATS of ``metric`` (:mod:`sim.bootstrap`):
+        how far this side's own figure could have fallen on another run of the same load."""
+        iv = block_intervals(self.samples[metric], self.arrival_s[metric], self.run[metric],
+                             lambda x: _stats(x, STATS), block_s=block_s, resamples=resamples)
+        return {} if iv is None else dict(zip(STATS, iv, strict=True))
+
+
+def _stats(xs: np.ndarray, which: tuple[str, ...]) -> list[float]:
+    pct = [float(w[1:]) for w in which if w != "mean"]
+    qs = iter(np.percentile(xs, pct) if pct else [])
+    return [float(np.mean(xs)) if w == "mean" else float(next(qs)) for w in which]
 
 
 def stall_seconds(recs: list[RequestRecord]) -> float:
@@ -133,6 +163,7 @@ class Validation:
     profile: str
     measured_stall_s: float = 0.0
     simulated_stall_s: float = 0.0
+    _intervals: dict[str, tuple[float, float]] | None = field(default=None, repr=False)
 
     def rows(self) -> list[tuple[str, float | None, float | None, float | None]]:
         """(quantity, measured, simulated, relative error) — latencies in seconds."""
@@ -154,23 +185,47 @@ class Validation:
         out.append(("stall fraction", fa, fb, rel(fa, fb)))
         return out
 
+    def measured_intervals(self) -> dict[str, tuple[float, float]]:
+        """"ttft p99" → the measured figure's 95 % block-bootstrap interval (seconds), for every
+        latency statistic the measured side has enough blocks for; computed once."""
+        if self._intervals is None:
+            self._intervals = {f"{m} {w}": iv for m in METRICS
+                               for w, iv in self.measured.intervals(m).items()}
+        return self._intervals
+
     def as_dict(self) -> dict[str, Any]:
+        ivs = self.measured_intervals()
+        rows = []
+        for q, a, b, e in self.rows():
+            row: dict[str, Any] = {"quantity": q, "measured": a, "simulated": b, "rel_error": e}
+            if q in ivs:
+                row["measured_interval"] = list(ivs[q])
+                row["inside_interval"] = b is not None and ivs[q][0] <= b <= ivs[q][1]
+            rows.append(row)
         return {"trace": self.trace, "profile": self.profile,
                 "measured_requests": self.measured.completed,
                 "simulated_requests": self.simulated.completed,
-                "rows": [{"quantity": q, "measured": a, "simulated": b, "rel_error": e}
-                         for q, a, b, e in self.rows()]}
+                "interval": f"95 % block bootstrap of the measured requests, {BLOCK_S:g} s blocks",
+                "rows": rows}
 
     def format(self) -> str:
+        ivs = self.measured_intervals()
         lines = [f"held-out trace {self.trace}: {self.measured.completed} measured, "
                  f"{self.simulated.completed} simulated requests (profile {self.profile})",
-                 f"{'':24s} {'measured':>11s} {'simulated':>11s} {'error':>8s}"]
+                 f"{'':24s} {'measured':>11s} {'simulated':>11s} {'error':>8s}   "
+                 f"measured's own 95 % (block bootstrap, {BLOCK_S:g} s blocks)"]
         for q, a, b, e in self.rows():
             scale, unit = (1e3, " ms") if q.split()[0] in METRICS or q.startswith("stage") else (1, "")
             fa = "—" if a is None else f"{a * scale:.4g}{unit}"
             fb = "—" if b is None else f"{b * scale:.4g}{unit}"
             fe = "—" if e is None else f"{e * 100:+.1f} %"
-            lines.append(f"{q:24s} {fa:>11s} {fb:>11s} {fe:>8s}")
+            fi = ""
+            if q in ivs and a:
+                lo, hi = ivs[q]
+                inside = b is not None and lo <= b <= hi
+                fi = (f"   {(lo / a - 1) * 100:+.1f} … {(hi / a - 1) * 100:+.1f} %"
+                      f"{'  (inside)' if inside else ''}")
+            lines.append(f"{q:24s} {fa:>11s} {fb:>11s} {fe:>8s}{fi}")
         return "\n".join(lines)
 
 

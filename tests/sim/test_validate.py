@@ -18,7 +18,7 @@ import yaml
 
 from edgeserve.cli.main import main
 from edgeserve.records import Outcome, RequestRecord, read_trace
-from sim.validate import Side, stall_seconds, validate
+from sim.validate import Side, stall_seconds, validate, validate_runs
 
 DATA = Path(__file__).parent / "data"
 
@@ -68,6 +68,14 @@ def test_validate_reports_the_held_out_trace_as_measured(
     assert rows["throughput req/s"]["measured"] == pytest.approx(len(recs) / span)
     assert report["measured_requests"] == len(recs)
     assert (out / "cdf_heldout.png").stat().st_size > 10_000
+    # each measured latency figure comes with its own 95 % block-bootstrap interval, and the
+    # report says whether the simulated figure lies inside it
+    assert "block bootstrap" in printed
+    for q in ("ttft mean", "ttft p50", "e2e mean", "e2e p50"):
+        lo, hi = rows[q]["measured_interval"]
+        assert lo <= rows[q]["measured"] <= hi
+        assert rows[q]["inside_interval"] == (lo <= rows[q]["simulated"] <= hi)
+    assert "measured_interval" not in rows["throughput req/s"]
 
 
 def test_the_simulated_column_is_computed_from_the_simulated_records(profile: Path) -> None:
@@ -118,3 +126,16 @@ def test_pooled_runs_are_compared_as_one(
         for t, recs in zip(runs, per_run, strict=True)]
     assert rows["throughput req/s"]["measured"] == pytest.approx(len(ttft) / sum(spans))
     assert (out / "cdf_pooled.png").stat().st_size > 10_000
+
+
+def test_pooled_runs_keep_their_own_bootstrap_blocks(profile: Path) -> None:
+    runs = [DATA / "calib.jsonl", DATA / "heldout.jsonl"]
+    v = validate_runs(yaml.safe_load(profile.read_text()), runs)
+    side = v.measured
+    assert side.runs == 2
+    n_first = len(ok_records(runs[0]))
+    assert side.run["ttft"] == [0] * n_first + [1] * (side.completed - n_first)
+    assert side.arrival_s["ttft"][:n_first] == [r.arrived_s for r in ok_records(runs[0])]
+    # ITL samples carry their request's run and arrival as well
+    assert len(side.run["itl"]) == len(side.arrival_s["itl"]) == len(side.samples["itl"])
+    assert set(side.intervals("ttft")) == {"mean", "p50", "p90", "p99"}
