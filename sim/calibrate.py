@@ -61,6 +61,7 @@ import numpy as np
 
 from edgeserve.records import EngineStep, Outcome, RequestRecord, TraceHeader, read_trace
 from sim.engine_kv import KVCache, context_tokens, kv_cache
+from sim.profiles import STEP_FEATURES as PROFILE_STEP_FEATURES
 from sim.workload import decoded_pixels
 
 MIN_SAMPLES = 5
@@ -112,8 +113,7 @@ class Calibration:
     encode_in_worker: bool = False  # the runtime's encoder (--encoder onnx) ran in the workers
 
 
-STEP_FEATURES = ["prefill_tokens", "decode_tokens", "context_tokens", "encoder_tokens",
-                 "encoder_tokens_sq"]
+STEP_FEATURES = list(PROFILE_STEP_FEATURES)  # the step model's terms, in the profile's order
 
 
 def encoder_square_sum(encoder_tokens: int, image_sizes: tuple[int, ...]) -> float:
@@ -170,8 +170,9 @@ def cold_steps(steps: list[EngineStep], runs: list[tuple[int, int]],
 def step_features(s: EngineStep, kv_cache_tokens: KVCache,
                   image_sizes: tuple[int, ...] = ()) -> tuple[float, ...]:
     """A step's features in :data:`STEP_FEATURES` order (see :func:`encoder_square_sum`)."""
+    sq = encoder_square_sum(s.encoder_tokens, image_sizes)
     return (s.prefill_tokens, s.decode_tokens, context_tokens(s, kv_cache_tokens),
-            s.encoder_tokens, encoder_square_sum(s.encoder_tokens, image_sizes))
+            s.encoder_tokens, sq, float(s.encoder_tokens) ** 2 - sq)
 
 
 def step_prediction(fit: StageFit, s: EngineStep, kv_cache_tokens: KVCache,
@@ -201,7 +202,7 @@ def fit_steps(steps: Iterable[EngineStep], kv_cache_tokens: KVCache = 0,
     rows = [(s.duration_s, *step_features(s, kv_cache_tokens, image_sizes))
             for s in steps if s.duration_s > 0]
     if embeds:
-        rows = [(*r[:4], 0.0, 0.0) for r in rows]
+        rows = [(*r[:4], 0.0, 0.0, 0.0) for r in rows]
     if len(rows) < MIN_SAMPLES:
         return None
     arr = np.asarray(rows, dtype=float)

@@ -33,6 +33,7 @@ it rides in longer. A step takes, at clock scale 1::
     step_s = base_s + per[prefill_tokens]·prefill_tokens + per[decode_tokens]·decode_tokens
            + per[context_tokens]·context_tokens + per[encoder_tokens]·encoder_tokens
            + per[encoder_tokens_sq]·encoder_tokens_sq
+           + per[encoder_tokens_cross]·encoder_tokens_cross
 
 - ``prefill_tokens``: prompt tokens computed in the step (a prefix-cache hit of
   ``job.cached_tokens`` is not computed: the prefill starts there; at least one prompt token is
@@ -45,6 +46,10 @@ it rides in longer. A step takes, at clock scale 1::
   stage, a cloud GPU); a device that encodes on its own unit submits encoded requests.
 - ``encoder_tokens_sq``: the sum over those images of their image tokens squared — the vision
   tower attends over each image's patches, so a large image costs more than linearly.
+- ``encoder_tokens_cross``: ``encoder_tokens² − encoder_tokens_sq``, zero for a step with one
+  image — vLLM's CPU tower attends image by image, yet a step encoding two took 1.1–1.3 × the
+  two images' single-image costs (measured on the Zen 4 dev machine, 2026-12-03), so the excess
+  of a multi-image step is its own term.
 
 The step time is stretched by the DVFS ``clock_scale`` in force when the step starts (a step in
 progress keeps its end), by ``stretch(duration)`` when the owner sets it (a device whose engine shares
@@ -118,6 +123,7 @@ class StepEngine(Engine):
         "_c_context",
         "_c_decode",
         "_c_encoder",
+        "_c_encoder_cross",
         "_c_encoder_sq",
         "_c_prefill",
         "_cold_factor",
@@ -173,6 +179,7 @@ class StepEngine(Engine):
         self._c_context = per.get("context_tokens", 0.0)
         self._c_encoder = per.get("encoder_tokens", 0.0)
         self._c_encoder_sq = per.get("encoder_tokens_sq", 0.0)
+        self._c_encoder_cross = per.get("encoder_tokens_cross", 0.0)
         self._noisy = model.cv > 0
         draws = draws if draws is not None else Draws(f"{name}:step")
         self._noise = ServiceTime(ServiceModelConfig(kind=ServiceKind.LOGNORMAL, cv=model.cv),
@@ -389,8 +396,8 @@ class StepEngine(Engine):
                     self.on_busy(-1)
             return
         d = (self._base + self._c_prefill * prefill + self._c_decode * n_dec
-             + self._c_context * ctx + self._c_encoder * enc + self._c_encoder_sq * enc_sq) \
-            * self.clock_scale
+             + self._c_context * ctx + self._c_encoder * enc + self._c_encoder_sq * enc_sq
+             + self._c_encoder_cross * (enc * enc - enc_sq)) * self.clock_scale
         if self._cold_factor and prefill and prefill not in self._shapes:
             self._shapes.add(prefill)  # a prefill-token count run the first time
             cold = True

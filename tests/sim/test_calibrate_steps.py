@@ -71,6 +71,35 @@ def test_noisy_steps_give_the_coefficients_within_ten_percent_and_the_noise() ->
     assert fit.cv == pytest.approx(0.1, rel=0.15)
 
 
+def test_a_step_encoding_two_images_is_fitted_its_cross_term_apart() -> None:
+    # vLLM reports one encoder-token total per step; with the trace's image sizes (300, 900) it is
+    # split into images (1200 = 300 + 900, 600 = 300 + 300): Σ tokens² per image, and the cross
+    # term (Σ tokens)² − Σ tokens², which is 0 for a one-image step
+    rng = np.random.default_rng(4)
+    true = {"prefill_tokens": 2.0e-5, "decode_tokens": 3.0e-4, "encoder_tokens_sq": 6.0e-8,
+            "encoder_tokens_cross": 2.0e-8}
+    steps, t = [], 0.0
+    for _ in range(400):
+        images = [int(x) for x in rng.choice([300, 900], size=int(rng.integers(0, 3)))]
+        enc = sum(images)
+        prefill = enc + int(rng.integers(1, 200))
+        decode = int(rng.integers(0, 17))
+        sq = sum(x * x for x in images)
+        d = (0.004 + true["prefill_tokens"] * prefill + true["decode_tokens"] * decode
+             + true["encoder_tokens_sq"] * sq + true["encoder_tokens_cross"] * (enc * enc - sq))
+        t += d
+        steps.append(EngineStep(t_s=t, duration_s=d, prefill_tokens=prefill, prefill_requests=1,
+                                decode_tokens=decode, decode_requests=decode, encoder_tokens=enc))
+    fit = fit_steps(steps, KV_TOKENS, image_sizes=(300, 900))
+    assert fit is not None
+    for k, v in true.items():
+        assert fit.per[k] == pytest.approx(v, rel=1e-6)
+    # without the sizes every total counts as one image: the cross term has nothing to fit
+    lumped = fit_steps(steps, KV_TOKENS)
+    assert lumped is not None and lumped.per.get("encoder_tokens_cross", 0.0) == 0.0
+    assert lumped.cv > 0.01
+
+
 def test_too_few_steps_fit_nothing() -> None:
     assert fit_steps(step_log(4, 0.0), KV_TOKENS) is None
 

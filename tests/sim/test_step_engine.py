@@ -183,6 +183,18 @@ def test_the_vision_tower_costs_the_square_of_an_images_tokens_too() -> None:
     assert r.log == [("a", 0.0, 0.76, 0.76), ("b", 5.0, 6.64, 6.64)]
 
 
+def test_a_step_encoding_two_images_pays_their_cross_term_beyond_each_image_alone() -> None:
+    # 1 µs per image token² and 0.5 µs per cross token² ((Σ tokens)² − Σ tokens²): a and b arrive
+    # together, their 200- and 300-token images fit one step's encoder budget (1000): the step
+    # costs 0.1 + 0.6 (prompts) + 1e-6·(200² + 300²) + 0.5e-6·(500² − 200² − 300²)
+    # = 0.7 + 0.13 + 0.06 = 0.89 s; c's image, alone in its step later, pays no cross term
+    per = {**PER, "encoder_tokens_sq": 1e-6, "encoder_tokens_cross": 0.5e-6}
+    r = Run([job("a", 0.0, 250, 1, image=200), job("b", 0.0, 350, 1, image=300),
+             job("c", 5.0, 350, 1, image=300)], model(per=per), encoder_in_step=True).run()
+    assert r.log == [("a", 0.0, 0.89, 0.89), ("b", 0.0, 0.89, 0.89), ("c", 5.0, 5.54, 5.54)]
+    assert [s[5] for s in r.steps] == [500, 300]
+
+
 def test_an_image_beyond_the_steps_encoder_budget_waits_for_the_next_step() -> None:
     # encoder budget = token budget (1000, as vLLM's max_num_encoder_input_tokens): a's 600-token
     # image fills it enough that b's 600 waits, though b's 100 prompt tokens would fit; b is
