@@ -13,8 +13,9 @@ name or a YAML file), or are placeholders.
 ``edgeserve calibrate validate PROFILE HELDOUT... [--pool] [--out-dir DIR]`` replays each held-out trace's
 arrivals and sizes through the profile (one device, every request local) and prints measured vs
 simulated TTFT, TPOT, ITL and E2E (mean, p50, p90, p99), throughput, per-stage means and the stall
-fraction with relative errors (``--pool``: the traces as repeated runs of one kind, compared as
-one); with ``--out-dir`` it writes the table as JSON and the
+fraction with relative errors, each measured latency figure beside its own 95 % interval (a block
+bootstrap over 10 s of arrivals: could another run of the same load have shown the simulated
+figure?) (``--pool``: the traces as repeated runs of one kind, compared as one); with ``--out-dir`` it writes the table as JSON and the
 measured-vs-simulated CDFs as PNG (see :mod:`sim.validate`).
 """
 
