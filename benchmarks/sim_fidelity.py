@@ -155,7 +155,14 @@ def main() -> int:
     import yaml
 
     from sim.calibrate import calibrate_traces, format_fits, read_traces, to_profile
-    from sim.validate import Side, Validation, local_records, plot_cdfs, validate_runs
+    from sim.validate import (
+        Side,
+        Validation,
+        interval_text,
+        local_records,
+        plot_cdfs,
+        validate_runs,
+    )
 
     cal = calibrate_traces(read_traces(groups["calib"]))
     print(format_fits(cal))
@@ -174,12 +181,8 @@ def main() -> int:
             for q, bound in TARGETS.items():
                 a, b, e = rows.get(q, (None, None, None))
                 verdict = "—" if e is None else ("met" if abs(e) <= bound else "MISSED")
-                own = ""
-                if q in ivs and a and b is not None:  # the measured figure's own 95 % interval
-                    lo, hi = ivs[q]
-                    own = (f" (measured's own 95 %: {(lo / a - 1) * 100:+.1f} … "
-                           f"{(hi / a - 1) * 100:+.1f} %"
-                           f"{', simulated inside it' if lo <= b <= hi else ''})")
+                own = interval_text(a, b, ivs.get(q), " (measured's own 95 %: {lo} … {hi} %{inside})",
+                                    ", simulated inside it")
                 print(f"  target {q:18s} ±{bound * 100:.0f} %: "
                       f"{'—' if e is None else f'{e * 100:+.1f} %'} {verdict}{own}")
     sides = []

@@ -219,14 +219,22 @@ class Validation:
             fa = "—" if a is None else f"{a * scale:.4g}{unit}"
             fb = "—" if b is None else f"{b * scale:.4g}{unit}"
             fe = "—" if e is None else f"{e * 100:+.1f} %"
-            fi = ""
-            if q in ivs and a:
-                lo, hi = ivs[q]
-                inside = b is not None and lo <= b <= hi
-                fi = (f"   {(lo / a - 1) * 100:+.1f} … {(hi / a - 1) * 100:+.1f} %"
-                      f"{'  (inside)' if inside else ''}")
+            fi = interval_text(a, b, ivs.get(q), "   {lo} … {hi} %{inside}", "  (inside)")
             lines.append(f"{q:24s} {fa:>11s} {fb:>11s} {fe:>8s}{fi}")
         return "\n".join(lines)
+
+
+def interval_text(measured: float | None, simulated: float | None,
+                  iv: tuple[float, float] | None, template: str, inside: str) -> str:
+    """A measured figure's interval as percentages of it, filled into ``template`` (fields
+    ``lo``, ``hi``, ``inside``: the ``inside`` text when the simulated figure lies in it);
+    "" without an interval."""
+    if iv is None or not measured:
+        return ""
+    lo, hi = iv
+    within = simulated is not None and lo <= simulated <= hi
+    return template.format(lo=f"{(lo / measured - 1) * 100:+.1f}",
+                           hi=f"{(hi / measured - 1) * 100:+.1f}", inside=inside if within else "")
 
 
 def rel(measured: float | None, simulated: float | None) -> float | None:
