@@ -109,9 +109,12 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--duration", type=float, default=90.0, help="seconds of load per run")
     p.add_argument("--probe-concurrency", type=int, default=8)
-    # sizes on both sides of the JPEG downscale thresholds (3600x2700 decodes at 1/2), so the
-    # decode and resize models can tell source pixels from decoded ones
-    p.add_argument("--calib-mix", default="800x600:1,1280x800:1,2400x1800:1,3600x2700:1")
+    # sizes on both sides of the JPEG downscale thresholds (4200x3150 decodes at 1/2), so the
+    # decode and resize models can tell source pixels from decoded ones, and spanning the
+    # held-out kinds' sizes (221-1260 image tokens, 0.17-13 MP sources), so that the validation
+    # interpolates between fitted sizes instead of extrapolating (sim.fitted_range)
+    p.add_argument("--calib-mix",
+                   default="480x360:1,800x600:1,1280x800:1,2400x1800:1,4200x3150:1")
     p.add_argument("--calib-load", type=float, default=0.7)
     p.add_argument("--low-mix", default="640x480:1,1280x720:1")
     p.add_argument("--low-load", type=float, default=0.5)

@@ -61,6 +61,7 @@ import numpy as np
 
 from edgeserve.records import EngineStep, Outcome, RequestRecord, TraceHeader, read_trace
 from sim.engine_kv import KVCache, context_tokens, kv_cache
+from sim.fitted_range import FittedRange, span
 from sim.profiles import STEP_FEATURES as PROFILE_STEP_FEATURES
 from sim.workload import decoded_pixels
 
@@ -111,6 +112,8 @@ class Calibration:
     drift_start: float = 0.0  # log slowdown of a fresh server's first steps
     admission: dict[str, int] = field(default_factory=dict)
     encode_in_worker: bool = False  # the runtime's encoder (--encoder onnx) ran in the workers
+    # the sizes fitted on (image tokens, pixels, prompt tokens): where the models interpolate
+    fitted_range: FittedRange = field(default_factory=FittedRange)
 
 
 STEP_FEATURES = list(PROFILE_STEP_FEATURES)  # the step model's terms, in the profile's order
@@ -387,7 +390,7 @@ def decoded(r: RequestRecord) -> int:
 def calibrate(records: Iterable[RequestRecord]) -> Calibration:
     """Fit every stage that the records have enough data for."""
     recs = [r for r in records if r.outcome is Outcome.OK and r.uplink_end_s is None]
-    cal = Calibration(requests=len(recs))
+    cal = Calibration(requests=len(recs), fitted_range=FittedRange.of(recs))
     cal.workers = len({r.worker for r in recs if r.worker is not None})
     src = lambda r: r.source_width * r.source_height  # noqa: E731
     tgt = lambda r: r.target_width * r.target_height  # noqa: E731
@@ -795,6 +798,8 @@ def to_profile(cal: Calibration, base: dict[str, Any] | None, name: str,
         prof["llm"] = llm
     if cal.admission:
         prof["admission"] = dict(cal.admission)
+    if cal.requests:  # the sizes this profile's models interpolate between (sim.fitted_range)
+        prof["fitted_range"] = cal.fitted_range.as_dict()
     if cal.step is not None and cal.host_cores and cal.engine.get("platform") == "cpu":
         # the engine and the preprocessing workers share the host's cores (a CPU-only runtime)
         prof["host"] = {"cores": cal.host_cores,
@@ -856,4 +861,7 @@ def format_fits(cal: Calibration) -> str:
                      + f"   cv {f.cv:.3f}  R² {f.r2:.3f}  n {f.n}  [{f.note}]")
     for s, why in cal.skipped.items():
         lines.append(f"  {s:13s} not fitted: {why}")
+    spans = ", ".join(f"{k} {span(lo, hi)}" for k, (lo, hi) in cal.fitted_range.as_dict().items())
+    if spans:
+        lines.append(f"  {'fitted range':13s} {spans}")
     return "\n".join(lines)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from sim.fitted_range import FittedRange
 from sim.schema import fraction, non_negative, positive, require
 
 #: Request features a service-time model may depend on (linear coefficients in ``per``).
@@ -357,6 +358,9 @@ class DeviceProfile:
     llm_variants: dict[str, LlmVariant] = field(default_factory=dict)  # name → smaller model
     host: HostConfig | None = None  # cores shared by the cpu stages and the engine (None: not)
     admission: AdmissionConfig | None = None  # the runtime's admission limits (None: none)
+    # the sizes a calibrated profile was fitted on (``edgeserve calibrate`` writes it; None:
+    # not calibrated, or calibrated before it was recorded)
+    fitted_range: FittedRange | None = None
 
     def __post_init__(self) -> None:
         non_negative(self.base_w, "base_w")

@@ -28,6 +28,8 @@ import numpy as np
 
 from edgeserve.records import CPU_STAGES, Outcome, RequestRecord, Stage, read_trace, stage_spans
 from sim.bootstrap import block_intervals
+from sim.fitted_range import Extrapolation, FittedRange
+from sim.schema import build
 
 METRICS = ("ttft", "tpot", "itl", "e2e")
 STATS = ("mean", "p50", "p90", "p99")
@@ -163,6 +165,8 @@ class Validation:
     profile: str
     measured_stall_s: float = 0.0
     simulated_stall_s: float = 0.0
+    # held-out requests whose sizes lie outside those the profile was fitted on
+    extrapolations: list[Extrapolation] = field(default_factory=list)
     _intervals: dict[str, tuple[float, float]] | None = field(default=None, repr=False)
 
     def rows(self) -> list[tuple[str, float | None, float | None, float | None]]:
@@ -206,6 +210,7 @@ class Validation:
                 "measured_requests": self.measured.completed,
                 "simulated_requests": self.simulated.completed,
                 "interval": f"95 % block bootstrap of the measured requests, {BLOCK_S:g} s blocks",
+                "outside_fitted_range": [x.as_dict() for x in self.extrapolations],
                 "rows": rows}
 
     def format(self) -> str:
@@ -221,6 +226,7 @@ class Validation:
             fe = "—" if e is None else f"{e * 100:+.1f} %"
             fi = interval_text(a, b, ivs.get(q), "   {lo} … {hi} %{inside}", "  (inside)")
             lines.append(f"{q:24s} {fa:>11s} {fb:>11s} {fe:>8s}{fi}")
+        lines += [f"note: {x.text()}" for x in self.extrapolations]
         return "\n".join(lines)
 
 
@@ -241,6 +247,14 @@ def rel(measured: float | None, simulated: float | None) -> float | None:
     if measured is None or simulated is None or measured == 0:
         return None
     return (simulated - measured) / measured
+
+
+def extrapolations(profile: dict[str, Any], records: list[RequestRecord]) -> list[Extrapolation]:
+    """Which sizes of ``records`` lie outside the profile's ``fitted_range`` (none without one)."""
+    raw = profile.get("fitted_range")
+    if not raw:
+        return []
+    return build(FittedRange, raw, "fitted_range").outside(records)
 
 
 def local_records(path: str | Path) -> list[RequestRecord]:
@@ -288,6 +302,7 @@ def validate(profile: dict[str, Any], trace: str | Path, *, profile_name: str = 
     for r in measured:
         v.measured.add(r)
     v.measured_stall_s = stall_seconds([r for r in measured if r.outcome is Outcome.OK])
+    v.extrapolations = extrapolations(profile, measured)
     return v, first
 
 
@@ -297,7 +312,9 @@ def validate_runs(profile: dict[str, Any], traces: list[Path] | list[str], *,
     requests of every trace, and ``seeds`` replays of each trace's arrivals; throughput is the
     total completions over the total span. A percentile then rests on all the runs' requests."""
     pooled: Validation | None = None
+    measured: list[RequestRecord] = []
     for t in traces:
+        measured += local_records(t)
         v, _ = validate(profile, t, profile_name=profile_name, seeds=seeds)
         if pooled is None:
             pooled = v
@@ -309,6 +326,7 @@ def validate_runs(profile: dict[str, Any], traces: list[Path] | list[str], *,
         pooled.trace += f" + {Path(t).name}"
     if pooled is None:
         raise ValueError("validate_runs needs at least one trace")
+    pooled.extrapolations = extrapolations(profile, measured)
     return pooled
 
 
