@@ -7,6 +7,8 @@ short, and the same model fitted with 391-token images beside them was within 1 
 So ``edgeserve calibrate`` writes each size feature's range into the profile (``fitted_range:``)
 and ``edgeserve calibrate validate`` says which held-out requests lie outside it — an error there
 is partly the extrapolation's, and the cure is a calibration run that spans the sizes served.
+``edgeserve sim run`` says the same of a scenario whose image sizes a device's calibrated profile
+was not fitted on (:func:`scenario_notes`).
 
 Features are per request, as the runtime's trace records them: image tokens, source, decoded
 and target pixels (image features over requests with an image; a recorded 0 means unknown and
@@ -18,9 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 from edgeserve.records import Outcome, RequestRecord
 from sim.schema import require
+
+if TYPE_CHECKING:
+    from sim.config import Scenario
 
 # feature → how a record gives it (None: not known for this request)
 IMAGE_FEATURES = ("image_tokens", "source_pixels", "decoded_pixels", "target_pixels")
@@ -97,6 +103,34 @@ class FittedRange:
         return [Extrapolation(f.name, getattr(self, f.name), (min(seen[f.name]), max(seen[f.name])),
                               len(seen[f.name]), counted[f.name])
                 for f in fields(self) if f.name in seen]
+
+
+def scenario_notes(scenario: Scenario) -> list[str]:
+    """For each device whose profile has a ``fitted_range``, the image sizes of its synthetic
+    workload that lie outside it (a replayed trace is checked by ``calibrate validate``). Prompt
+    tokens are not checked here: a synthetic prompt's text length is the scenario's choice, not
+    a recorded chat template's, and the prefill's per-token term is linear."""
+    from sim.config import WorkloadKind
+    from sim.workload import ImageGeometry
+
+    notes = []
+    for d in scenario.devices:
+        fr, w = d.profile.fitted_range, d.workload
+        if fr is None or w.kind is WorkloadKind.REPLAY:
+            continue
+        geometry = ImageGeometry(w.image)
+        recs = []
+        for i, size in enumerate(w.image.sizes):
+            th, tw, tokens, decoded = geometry.target(size.width, size.height)
+            recs.append(RequestRecord(id=str(i), arrived_s=0.0, num_images=1, image_tokens=tokens,
+                                      source_width=size.width, source_height=size.height,
+                                      decoded_pixels=decoded, target_width=tw, target_height=th))
+        for x in fr.outside(recs):
+            notes.append(f"device {d.name}: {x.feature} {span(*x.values)} outside the "
+                         f"{span(*x.fitted)} its profile {d.profile.name!r} was fitted on "
+                         f"({x.requests} of the workload's {x.of_requests} image sizes): the "
+                         "profile extrapolates there")
+    return notes
 
 
 @dataclass(slots=True, frozen=True)

@@ -163,8 +163,11 @@ def _run(args: argparse.Namespace) -> int:
     spec = RunSpec(raw=raw, policy=args.policy, seed=args.seed, overrides=_overrides(args),
                    trace_path=None if trace is None else str(trace))
     from sim.config import scenario_from_raw
+    from sim.fitted_range import scenario_notes
 
-    scenario_from_raw(raw, None, spec.overrides)  # validate before starting
+    scenario = scenario_from_raw(raw, None, spec.overrides)  # validate before starting
+    for note in scenario_notes(scenario):  # a calibrated profile asked for sizes it never saw
+        print(f"edgeserve sim: note: {note}", file=sys.stderr)
     result = run_spec(spec, progress=not args.no_progress and not args.json and sys.stderr.isatty())
     s = result.summary
     if args.json:

@@ -99,3 +99,24 @@ def test_validate_names_the_sizes_the_profile_extrapolates_to(
     # the calibration trace itself lies inside its own range: no note
     assert main(["calibrate", "validate", str(prof), str(DATA / "calib.jsonl"), "--seeds", "1"]) == 0
     assert "outside the fitted" not in capsys.readouterr().out
+
+
+def test_sim_run_says_when_a_calibrated_profile_is_asked_for_sizes_it_never_saw(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prof = tmp_path / "box.yaml"
+    assert main(["calibrate", str(DATA / "calib.jsonl"), "--out", str(prof)]) == 0  # 1280×800 only
+
+    def run(sizes: str) -> str:
+        scenario = tmp_path / "s.yaml"
+        scenario.write_text(
+            f"name: s\ndevices:\n  - name: box\n    profile: {prof}\n"
+            f"    workload: {{kind: poisson, rate_hz: 0.5, image: {{sizes: [{sizes}]}}}}\n")
+        capsys.readouterr()
+        assert main(["sim", "run", str(scenario), "--requests", "5", "--no-progress"]) == 0
+        return capsys.readouterr().err
+
+    assert "outside" not in run("{width: 1280, height: 800}")
+    err = run("{width: 1280, height: 800}, {width: 640, height: 480}")
+    assert ("note: device box: image_tokens 391 outside the 1260 its profile" in err
+            and "(1 of the workload's 2 image sizes)" in err)
