@@ -23,7 +23,7 @@ No part of this package imports server code; it needs numpy, Pillow (or pillow-s
 """
 
 from mm_preproc import constants
-from mm_preproc.buffers import set_pool_limit
+from mm_preproc.buffers import retain_freed_memory, set_pool_limit
 from mm_preproc.decode import SUPPORTED_FORMATS, ImageHeader, probe
 from mm_preproc.errors import (
     AspectRatioError,
@@ -73,6 +73,7 @@ __all__ = [
     "preprocess",
     "probe",
     "read_spec",
+    "retain_freed_memory",
     "set_pool_limit",
     "smart_resize",
     "target_size",

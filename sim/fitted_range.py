@@ -158,7 +158,7 @@ class Extrapolation:
 
 
 def _number(x: float) -> float:
-    return int(x) if float(x).is_integer() else float(x)  # type: ignore[return-value]
+    return int(x) if float(x).is_integer() else float(x)
 
 
 def span(lo: float, hi: float) -> str:

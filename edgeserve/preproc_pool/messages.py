@@ -14,6 +14,7 @@ import enum
 import msgspec
 
 from edgeserve.encoder import EncoderSpec
+from mm_preproc.buffers import RETAIN_FREED_BYTES
 from mm_preproc.spec import QWEN2_VL, PreprocSpec
 
 
@@ -44,6 +45,9 @@ class PreprocParams(msgspec.Struct, frozen=True, array_like=True):
     fast_decode: bool = True
     encoder: EncoderSpec | None = None  # run the vision encoder after patchify
     spec: PreprocSpec = QWEN2_VL  # the model family's patch geometry, mean/std (mm_preproc.spec)
+    # freed heap a worker keeps for its next images (glibc's trim threshold, mm_preproc.buffers);
+    # 0: the C library's defaults
+    retain_freed_bytes: int = RETAIN_FREED_BYTES
 
 
 class Job(msgspec.Struct, frozen=True, array_like=True):

@@ -48,6 +48,10 @@ def worker_main(conn: Connection, params: PreprocParams) -> None:
         cv2.setNumThreads(1)
     except ImportError:
         pass
+    if params.retain_freed_bytes:  # each image reuses the last one's pages (mm_preproc.buffers)
+        import mm_preproc
+
+        mm_preproc.retain_freed_memory(params.retain_freed_bytes)
     vision = params.encoder.open() if params.encoder is not None else None
     warm_up(params, vision)
     conn.send_bytes(encoder.encode(Ready(pid=os.getpid())))
