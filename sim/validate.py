@@ -276,6 +276,13 @@ def validate(profile: dict[str, Any], trace: str | Path, *, profile_name: str = 
     """Replay ``trace`` through ``profile``; returns the comparison and the simulated records
     (of the first seed). With ``seeds > 1`` the simulated side pools that many replays with
     seeds ``seed, seed + 1, …``, so its percentiles carry less of one seed's luck."""
+    v, first, _ = _validate(profile, trace, profile_name=profile_name, seed=seed, seeds=seeds)
+    return v, first
+
+
+def _validate(profile: dict[str, Any], trace: str | Path, *, profile_name: str, seed: int,
+              seeds: int) -> tuple[Validation, list[RequestRecord], list[RequestRecord]]:
+    """:func:`validate`, also returning the measured records it read."""
     from sim.config import scenario_from_raw
     from sim.simulation import Simulation
 
@@ -303,7 +310,7 @@ def validate(profile: dict[str, Any], trace: str | Path, *, profile_name: str = 
         v.measured.add(r)
     v.measured_stall_s = stall_seconds([r for r in measured if r.outcome is Outcome.OK])
     v.extrapolations = extrapolations(profile, measured)
-    return v, first
+    return v, first, measured
 
 
 def validate_runs(profile: dict[str, Any], traces: list[Path] | list[str], *,
@@ -314,8 +321,8 @@ def validate_runs(profile: dict[str, Any], traces: list[Path] | list[str], *,
     pooled: Validation | None = None
     measured: list[RequestRecord] = []
     for t in traces:
-        measured += local_records(t)
-        v, _ = validate(profile, t, profile_name=profile_name, seeds=seeds)
+        v, _, recs = _validate(profile, t, profile_name=profile_name, seed=1, seeds=seeds)
+        measured += recs
         if pooled is None:
             pooled = v
             continue

@@ -7,7 +7,9 @@ time against the number of requests decoding at once (see :mod:`sim.calibrate`).
 holds the engine's per-step records, the engine's step-time model (``llm.step``: seconds per step
 against prefill, decode, context and encoder tokens) is fitted from them, and the engine's limits
 (max_num_seqs, token budget, KV tokens) and the number of preprocessing workers are taken from the
-trace, overriding ``--base``. Power and thermal values come from ``--base`` (a shipped profile
+trace, overriding ``--base``. The profile also records the sizes it was fitted on
+(``fitted_range``: image tokens, pixels, prompt tokens); validate ends with a note for held-out
+requests outside them, where the profile extrapolates. Power and thermal values come from ``--base`` (a shipped profile
 name or a YAML file), or are placeholders.
 
 ``edgeserve calibrate validate PROFILE HELDOUT... [--pool] [--out-dir DIR]`` replays each held-out trace's
