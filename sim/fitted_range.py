@@ -28,23 +28,24 @@ from sim.schema import require
 if TYPE_CHECKING:
     from sim.config import Scenario
 
-# feature → how a record gives it (None: not known for this request)
+# the features, in report order: image features (known for requests with an image), then text;
+# an output length is not one — it extrapolates nothing, decode is per step
 IMAGE_FEATURES = ("image_tokens", "source_pixels", "decoded_pixels", "target_pixels")
-TEXT_FEATURES = ("prompt_tokens",)  # an output length extrapolates nothing: decode is per step
+FEATURES = (*IMAGE_FEATURES, "prompt_tokens")
 
 
 def feature_value(r: RequestRecord, feature: str) -> float | None:
     """The request's ``feature``, or None where the trace does not tell it (text-only request
     for an image feature, an unrecorded decoded size)."""
-    if feature in IMAGE_FEATURES:
-        if r.image_tokens <= 0 and r.num_images <= 0:
-            return None
-        v = {"image_tokens": r.image_tokens,
-             "source_pixels": r.source_width * r.source_height,
-             "decoded_pixels": r.decoded_pixels,
-             "target_pixels": r.target_width * r.target_height}[feature]
-        return float(v) if v > 0 else None
-    return float(r.prompt_tokens) if r.prompt_tokens > 0 else None
+    if feature in IMAGE_FEATURES and r.image_tokens <= 0 and r.num_images <= 0:
+        return None
+    if feature == "source_pixels":
+        v = r.source_width * r.source_height
+    elif feature == "target_pixels":
+        v = r.target_width * r.target_height
+    else:  # image_tokens, decoded_pixels, prompt_tokens: fields of the record
+        v = getattr(r, feature)
+    return float(v) if v > 0 else None
 
 
 @dataclass(slots=True, frozen=True)
@@ -73,7 +74,7 @@ class FittedRange:
         for r in records:
             if r.outcome is not Outcome.OK:
                 continue
-            for name in (*IMAGE_FEATURES, *TEXT_FEATURES):
+            for name in FEATURES:
                 v = feature_value(r, name)
                 if v is not None:
                     lo[name] = min(lo.get(name, v), v)
@@ -92,17 +93,17 @@ class FittedRange:
         for r in records:
             if r.outcome is not Outcome.OK:
                 continue
-            for f in fields(self):
-                bounds = getattr(self, f.name)
-                v = feature_value(r, f.name)
+            for name in FEATURES:
+                bounds = getattr(self, name)
+                v = feature_value(r, name)
                 if bounds is None or v is None:
                     continue
-                counted[f.name] = counted.get(f.name, 0) + 1
+                counted[name] = counted.get(name, 0) + 1
                 if not bounds[0] <= v <= bounds[1]:
-                    seen.setdefault(f.name, []).append(v)
-        return [Extrapolation(f.name, getattr(self, f.name), (min(seen[f.name]), max(seen[f.name])),
-                              len(seen[f.name]), counted[f.name])
-                for f in fields(self) if f.name in seen]
+                    seen.setdefault(name, []).append(v)
+        return [Extrapolation(name, getattr(self, name), (min(seen[name]), max(seen[name])),
+                              len(seen[name]), counted[name])
+                for name in FEATURES if name in seen]
 
 
 def scenario_notes(scenario: Scenario) -> list[str]:
