@@ -48,7 +48,11 @@ def add_parser(subparsers: Any, help_: str) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="sim_command", metavar="SUBCOMMAND", required=True)
 
-    run = sub.add_parser("run", help="run one scenario and print its summary")
+    run = sub.add_parser("run", help="run one scenario and print its summary",
+                         description="Run one scenario and print its summary. A device whose "
+                         "profile was calibrated (edgeserve calibrate) and whose workload asks "
+                         "for image sizes outside the profile's fitted_range gets a note on "
+                         "stderr: the profile extrapolates there.")
     _common(run)
     run.add_argument("--policy", help="policy name (default: the scenario's)")
     run.add_argument("--seed", type=int, help="random seed (default: the scenario's)")
