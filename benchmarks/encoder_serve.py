@@ -62,6 +62,11 @@ def main() -> int:
     p.add_argument("--servers", default=",".join(SERVERS),
                    help="server kinds (edgeserve bench compare's; edgeserve-split-openvino = "
                    f"--encoder-provider openvino:CPU); default {','.join(SERVERS)}")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="repeat the server sequence (A B C A B C …); rates are medians over rounds")
+    p.add_argument("--server-arg", action="append", default=[], metavar="KIND=ARGS",
+                   help="extra arguments for one server kind (edgeserve bench compare's), e.g. "
+                   "edgeserve-split-onnx='--workers 1'")
     p.add_argument("--out", type=Path, default=Path("results/encoder_serve"))
     p.add_argument("--docs", type=Path, default=ROOT / "docs" / "results",
                    help="where encoder_serve.png and encoder_serve.json go")
@@ -77,7 +82,9 @@ def main() -> int:
                         "--workload-rates", f"12mp={args.rates}",
                         "--duration-per-rate", str(args.duration_per_rate), "--warmup", "2",
                         "--ttft-p99-bound", str(args.ttft_p99_bound),
-                        "--output-len", args.output_len, "--no-progress", "--out", str(args.out)])
+                        "--output-len", args.output_len, "--rounds", str(args.rounds),
+                        *(a for kv in args.server_arg for a in ("--server-arg", kv)),
+                        "--no-progress", "--out", str(args.out)])
         if rc != 0:
             return rc
     table = ratios(compare_json)

@@ -64,10 +64,21 @@ class EngineCorePlacement(enum.StrEnum):
 ENCODER_SUBDIR = "onnx"  # where `edgeserve models export-encoder` writes a model's graph
 
 
-def default_workers() -> int:
-    """One worker per core, leaving one core to the frontend and one to the engine; at least 1."""
+def default_workers(encoder_on_cpu: bool = False) -> int:
+    """How many preprocessing workers a server gets when ``workers`` is not given.
+
+    One worker per core, leaving one core to the frontend and one to the engine: cores − 2, at
+    least 1. When the workers also run the vision encoder on the CPU (``--encoder onnx`` with a
+    CPU provider) the engine no longer runs the tower, its work per image falls about eightfold
+    and the workers' grows by the tower's: the engine and the frontend then share one core,
+    cores − 1 workers, and at least 2 where there are two cores, so that the slowest stage can
+    use both (on 2 cores, 12 MP photos at 1280 tokens: docs/runtime.md "How many workers").
+    """
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, (cores or 1) - 2)
+    cores = cores or 1
+    if encoder_on_cpu:
+        return max(min(2, cores), cores - 1)
+    return max(1, cores - 2)
 
 
 @dataclass(slots=True, frozen=True)
@@ -131,7 +142,7 @@ class ServeConfig:
     host: str = "127.0.0.1"
     port: int = 8000
     mode: PreprocMode = PreprocMode.SPLIT
-    workers: int = field(default_factory=default_workers)
+    workers: int | None = None  # None: default_workers(), which counts a CPU encoder
     # admission
     max_pending: int = 64
     max_inflight: int = 256
@@ -180,8 +191,11 @@ class ServeConfig:
                 f"model {self.model!r} does not exist; build the default tiny model with "
                 "`edgeserve models build-tiny`, or pass --model DIR"
             )
-        if self.workers < 1:
-            raise ConfigError(f"workers must be >= 1, got {self.workers}")
+        self._check_encoder()
+        workers = default_workers(self.encoder_on_cpu) if self.workers is None else self.workers
+        if workers < 1:
+            raise ConfigError(f"workers must be >= 1, got {workers}")
+        object.__setattr__(self, "workers", workers)
         if not 0 < self.port < 65536:
             raise ConfigError(f"port must be in 1..65535, got {self.port}")
         if self.max_engine_queue is None:
@@ -219,7 +233,6 @@ class ServeConfig:
                 f"preproc_backend must be auto, pillow or opencv, got {self.preproc_backend!r}")
         if self.sample_interval_s <= 0 or self.http_timeout_s <= 0 or self.drain_timeout_s < 0:
             raise ConfigError("sample_interval_s and http_timeout_s must be > 0, drain_timeout_s >= 0")
-        self._check_encoder()
         if not isinstance(self.engine_core_placement, EngineCorePlacement):
             try:
                 object.__setattr__(self, "engine_core_placement",
@@ -246,6 +259,19 @@ class ServeConfig:
                 isinstance(k, str) and isinstance(v, str | int | float | bool) for k, v in opts.items()):
             raise ConfigError("encoder_provider_options must map option names to strings or "
                               f"numbers (ONNX Runtime's provider options), got {opts!r}")
+
+    @property
+    def encoder_on_cpu(self) -> bool:
+        """Whether the workers run the vision encoder on the host's CPU (``--encoder onnx`` with
+        ONNX Runtime's CPU provider or OpenVINO's CPU device), not on an accelerator."""
+        if self.encoder is not EncoderKind.ONNX:
+            return False
+        name = self.encoder_provider.strip().lower()
+        if name in ("cpu", "cpuexecutionprovider", "openvino:cpu"):
+            return True
+        # ONNX Runtime's OpenVINO provider runs on its device_type (CPU unless told otherwise)
+        return name in ("openvino", "openvinoexecutionprovider") and str(
+            self.encoder_provider_options.get("device_type", "CPU")).upper().startswith("CPU")
 
     @property
     def preproc_spec(self) -> PreprocSpec:

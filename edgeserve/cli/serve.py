@@ -78,8 +78,10 @@ def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
                    help="split: worker processes; inline: on the frontend's event loop "
                    "(default: split)")
     g.add_argument("--workers", type=int, metavar="N",
-                   help=f"preprocessing worker processes (default: cores - 2, at least 1; "
-                   f"here {default_workers()})")
+                   help=f"preprocessing worker processes (default: cores - 2, at least 1, "
+                   f"here {default_workers()}; with --encoder onnx on the CPU, which moves the "
+                   f"vision tower out of the engine into the workers: cores - 1, at least 2, "
+                   f"here {default_workers(encoder_on_cpu=True)})")
     g.add_argument("--min-pixels", type=int,
                    help="smallest resized image area (default: the model's preprocessor config)")
     g.add_argument("--max-pixels", type=int,

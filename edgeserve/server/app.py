@@ -149,7 +149,7 @@ async def serve(cfg: ServeConfig, ready_message: bool = True) -> int:
                            encoder=spec, spec=cfg.preproc_spec)
     preproc: PreprocPool | InlinePreproc
     if cfg.mode is PreprocMode.SPLIT:
-        preproc = PreprocPool(cfg.workers, params, cfg.max_pending)
+        preproc = PreprocPool(int(cfg.workers or 1), params, cfg.max_pending)
     else:
         preproc = InlinePreproc(params, cfg.max_pending)
     # Reserve the port before the engine's tens of seconds of start-up (bound, not listening, so

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,3 +87,42 @@ def test_cli_reports_config_errors_without_a_traceback(capsys: pytest.CaptureFix
     args = build_parser().parse_args(["serve", "--model", "/no/such/model"])
     assert args.func(args) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+
+@pytest.mark.parametrize("cores", [1, 2, 4, 16])
+def test_default_workers_leave_the_engine_a_core_unless_the_workers_run_the_encoder_on_the_cpu(
+    tiny_model_dir: Path, cores: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cores − 2 (at least 1) when vLLM's engine runs the vision tower or the encoder runs on an
+    accelerator; cores − 1 (at least 2 where there are 2 cores) when the workers run it on the
+    CPU. The default reads the process's affinity mask, faked here for core counts this machine
+    lacks."""
+    import os
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
+    cases: dict[str, dict[str, Any]] = {
+        "no_encoder": {},
+        "onnx_cpu": {"encoder": "onnx"},
+        "openvino_cpu": {"encoder": "onnx", "encoder_provider": "openvino:CPU"},
+        "ort_openvino_default_device": {"encoder": "onnx", "encoder_provider": "OpenVINO"},
+        "ort_openvino_npu": {"encoder": "onnx", "encoder_provider": "OpenVINO",
+                             "encoder_provider_options": {"device_type": "NPU"}},
+        "cuda": {"encoder": "onnx", "encoder_provider": "CUDA"},
+        "given": {"encoder": "onnx", "workers": 1},
+    }
+    got = {name: ServeConfig(model=str(tiny_model_dir), **kw).workers for name, kw in cases.items()}
+    without, with_cpu_encoder = max(1, cores - 2), max(min(2, cores), cores - 1)
+    assert got == {"no_encoder": without, "onnx_cpu": with_cpu_encoder,
+                   "openvino_cpu": with_cpu_encoder, "ort_openvino_default_device": with_cpu_encoder,
+                   "ort_openvino_npu": without, "cuda": without, "given": 1}
+
+
+def test_serve_help_states_both_default_worker_counts(capsys: pytest.CaptureFixture[str]) -> None:
+    from edgeserve.config import default_workers
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"cores - 2, at least 1, here {default_workers()};" in text
+    assert f"cores - 1, at least 2, here {default_workers(encoder_on_cpu=True)})" in text

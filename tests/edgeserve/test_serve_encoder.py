@@ -1,7 +1,7 @@
 """``edgeserve serve --encoder onnx``: the vision tower on ONNX Runtime in the worker, vLLM fed
 image embeddings — a real server, real HTTP, the ``openai`` client.
 
-One server (split mode, one worker, ``--trace``) serves the module. Specification: the prompt
+One server (split mode, the default worker count, ``--trace``) serves the module. Specification: the prompt
 has as many tokens as with vLLM's own tower (text + one per 28×28 px + 2) for two image sizes;
 greedy output equals a server without the encoder; the trace stamps normalize ≤ encode ≤
 preproc end ≤ engine queued, and the Perfetto export draws the encode on the worker's row;
@@ -46,12 +46,13 @@ from serve_process import ServerProcess, my_segments
 from skimage import data as photos
 
 from edgeserve import records
+from edgeserve.config import default_workers
 from edgeserve.trace_export import to_chrome_trace
 
 pytestmark = pytest.mark.engine
 
-COMMON = ["--workers", "1", "--max-model-len", "4096", "--max-num-seqs", "8",
-          "--sample-interval", "0.5"]
+# the default worker count (with --encoder onnx on the CPU: cores − 1, at least 2)
+COMMON = ["--max-model-len", "4096", "--max-num-seqs", "8", "--sample-interval", "0.5"]
 PHOTOS = {"chelsea": photos.chelsea, "astronaut": photos.astronaut}  # 451×300 and 512×512
 GREEDY_TOKENS = 16
 
@@ -148,7 +149,7 @@ def test_the_server_says_where_the_encoder_runs(server: ServerProcess, tiny_mode
     assert f"{tiny_model_dir}/onnx/encoder.onnx on ONNX Runtime CPUExecutionProvider" in line
     assert "in each preprocessing worker" in line
     health = server.get_json("/health")
-    assert [w["stage"] for w in health["workers"]] == ["idle"]
+    assert [w["stage"] for w in health["workers"]] == ["idle"] * default_workers(encoder_on_cpu=True)
 
 
 def test_prompt_tokens_are_text_plus_the_image_tokens_for_two_sizes(
@@ -217,8 +218,9 @@ def test_a_worker_sigkilled_while_encoding_fails_only_its_request(
     status, reply = post(server, {**body, "messages": image_message(
         data_url(jpeg(photos.coffee())))})
     assert status == 200 and reply["usage"]["completion_tokens"] == 4
-    worker = server.get_json("/health")["workers"][0]
-    assert worker["restarts"] == 1 and worker["pid"] != victim["pid"]
+    workers = server.get_json("/health")["workers"]
+    assert [w["restarts"] for w in workers] == [int(w["index"] == victim["index"]) for w in workers]
+    assert victim["pid"] not in [w["pid"] for w in workers]
 
 
 def test_the_trace_stamps_the_encode_between_patchify_and_the_hand_off(
