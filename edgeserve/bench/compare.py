@@ -19,6 +19,10 @@ Server kinds (:class:`ServerKind`):
 * ``vllm-asc2``        — the same with ``--api-server-count 2`` (two API processes share the
   image work).
 
+A server may also be a variant of a kind, ``KIND:LABEL`` (e.g. ``edgeserve-split-onnx:1w``), with
+its own ``--server-arg`` (``--workers 1``): it is started, swept and reported as a server of its
+own, in the same rounds as the others, so that a setting is compared A/B under the same drift.
+
 The headline figure per workload is the max sustainable request rate (TTFT p99 within the bound,
 no failures) of each system, and the ratio edgeserve-split / vllm, with the stall fractions.
 """
@@ -95,10 +99,17 @@ def server_argv(
     return argv + shlex.split(extra)
 
 
+def server_kind(name: str) -> ServerKind:
+    """The kind of a server name: a kind, or ``KIND:LABEL`` for a variant of one (the same kind
+    with its own ``--server-arg``, e.g. ``edgeserve-split-onnx:1w`` with ``--workers 1``), so
+    that variants of one kind alternate in the same rounds. ValueError for an unknown kind."""
+    return ServerKind(name.split(":", 1)[0])
+
+
 @dataclass(slots=True, frozen=True)
 class CompareConfig:
     model_path: Path
-    servers: tuple[ServerKind, ...]
+    servers: tuple[ServerKind | str, ...]  # kinds, or KIND:LABEL variants (server_kind)
     sweeps: tuple[tuple[str, SweepConfig], ...]  # (workload name, sweep) — base_url on `port`
     server_cores: str = "0,1"
     client_cores: str = ""
@@ -121,13 +132,26 @@ class CompareConfig:
             raise ValueError(f"max_pixels {self.max_pixels} is below one 28x28 image token")
         if not Path(self.model_path).exists():
             raise ValueError(f"model {self.model_path} does not exist (edgeserve models build-tiny)")
-        known = {k.value for k in ServerKind}
+        for name in self.names:
+            server_kind(name)
+        known = {k.value for k in ServerKind} | set(self.names)
         for kind, _ in self.extra_server_args:
             if kind not in known:
                 raise ValueError(f"--server-arg for unknown server {kind!r}")
         for cores in (self.server_cores, self.client_cores):
             if cores and not all(c.strip().isdigit() for c in cores.replace("-", ",").split(",")):
                 raise ValueError(f"bad CPU list {cores!r}: use e.g. 0,1 or 0-1")
+
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Each server's name in results and logs: its kind, or KIND:LABEL."""
+        return tuple(k.value if isinstance(k, ServerKind) else k for k in self.servers)
+
+    def argv(self, name: str) -> list[str]:
+        """The command line that starts server ``name`` (its kind's, plus its --server-arg)."""
+        return server_argv(server_kind(name), self.model_path, self.port,
+                           dict(self.extra_server_args).get(name, ""), self.max_pixels)
 
 
 class ServerProcess:
@@ -447,7 +471,6 @@ def _interrupt(signum: int, frame: object) -> None:
 async def _compare(config: CompareConfig, log: Any) -> CompareResult:
     result = CompareResult()
     base_url = f"http://127.0.0.1:{config.port}"
-    extra = dict(config.extra_server_args)
     env = dict(config.server_env)
     result.setup = {
         "model": str(config.model_path),
@@ -457,9 +480,7 @@ async def _compare(config: CompareConfig, log: Any) -> CompareResult:
         "rounds": config.rounds,
         "server_env": env,
         "max_pixels": config.max_pixels,
-        "commands": {k.value: shlex.join(server_argv(k, config.model_path, config.port,
-                                                    extra.get(k.value, ""), config.max_pixels))
-                     for k in config.servers},
+        "commands": {n: shlex.join(config.argv(n)) for n in config.names},
         "sweeps": {w: {"rates": s.rates_rps, "requests_per_rate": s.requests_per_rate,
                        "duration_per_rate_s": s.duration_per_rate_s,
                        "burstiness": s.burstiness, "ttft_p99_bound_ms": s.ttft_p99_bound_ms,
@@ -467,9 +488,8 @@ async def _compare(config: CompareConfig, log: Any) -> CompareResult:
                    for w, s in config.sweeps},
     }
     for rnd in range(config.rounds):
-        for kind in config.servers:
-            argv = server_argv(kind, config.model_path, config.port, extra.get(kind.value, ""),
-                               config.max_pixels)
+        for kind in config.names:
+            argv = config.argv(kind)
             log(f"[round {rnd + 1}/{config.rounds}] starting {kind}: taskset -c "
                 f"{config.server_cores or '(all)'} {shlex.join(argv)}")
             server = ServerProcess(argv, config.server_cores,
@@ -483,7 +503,7 @@ async def _compare(config: CompareConfig, log: Any) -> CompareResult:
                     base = replace(sweep_cfg.base, base_url=base_url, label=f"{kind} {workload}",
                                    first_image_number=(rnd * 10 + wi) * 100_000)
                     sweep = await run_sweep(replace(sweep_cfg, base=base), log=log)
-                    result.add(workload, kind.value, sweep)
+                    result.add(workload, kind, sweep)
             except RuntimeError as e:
                 log(f"  {kind} failed: {e}")
             finally:

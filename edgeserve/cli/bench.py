@@ -148,7 +148,10 @@ def add_parser(subparsers: Any, help_: str) -> None:
                          help="comma-separated server kinds, in order: edgeserve-split, "
                               "edgeserve-inline, edgeserve-split-onnx (--encoder onnx), "
                               "edgeserve-split-openvino (the same on openvino:CPU), vllm, "
-                              "vllm-asc2")
+                              "vllm-asc2; KIND:LABEL is a variant of a kind with its own "
+                              "--server-arg (e.g. edgeserve-split-onnx:1w with "
+                              "--server-arg 'edgeserve-split-onnx:1w=--workers 1'), run in the "
+                              "same rounds as the others")
     compare.add_argument("--workloads", default="12mp,small",
                          help="comma-separated image size mixes, one sweep each")
     compare.add_argument("--workload-rates", action="append", default=[], metavar="NAME=RATES",
@@ -166,7 +169,8 @@ def add_parser(subparsers: Any, help_: str) -> None:
                               "tiny model)")
     compare.add_argument("--startup-timeout", type=float, default=300.0)
     compare.add_argument("--server-arg", action="append", default=[], metavar="KIND=ARGS",
-                         help="extra arguments for one server kind, e.g. vllm='--max-num-seqs 8'")
+                         help="extra arguments for one server kind or KIND:LABEL variant, "
+                         "e.g. vllm='--max-num-seqs 8'")
     _add_sweep_args(compare)
     _add_workload_args(compare)
     _add_report_args(compare)
@@ -379,6 +383,7 @@ def compare_cmd(args: argparse.Namespace) -> int:
         format_summary_table,
         load,
         run_compare,
+        server_kind,
     )
     from edgeserve.bench.compare import save as save_compare
 
@@ -398,7 +403,9 @@ def compare_cmd(args: argparse.Namespace) -> int:
         return 0
 
     try:
-        kinds = tuple(ServerKind(k.strip()) for k in args.servers.split(",") if k.strip())
+        kinds = tuple(k.strip() for k in args.servers.split(",") if k.strip())
+        for k in kinds:
+            server_kind(k)
     except ValueError:
         return _fail(f"unknown server in {args.servers!r}; known: "
                      f"{', '.join(k.value for k in ServerKind)}")

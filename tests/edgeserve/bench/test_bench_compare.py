@@ -46,3 +46,37 @@ def test_ratio_is_reported_at_each_ttft_bound() -> None:
     # 3000 ms: split sustained its top rate (20); vllm crosses between 8 and 12 → 8 + 4·1700/4700
     assert rows["3000"]["servers"]["edgeserve-split"] == 20
     assert rows["3000"]["ratio_split_over_vllm"] == pytest.approx(20 / (8 + 4 * 1700 / 4700))
+
+
+def _compare_config(tiny_model_dir: Path, *argv: str):  # type: ignore[no-untyped-def]
+    from edgeserve.bench.compare import CompareConfig
+    from edgeserve.cli.bench import _sweep_config
+    from edgeserve.cli.main import build_parser
+
+    args = build_parser().parse_args(["bench", "compare", "--model-path", str(tiny_model_dir),
+                                      "--workloads", "12mp", *argv])
+    return CompareConfig(model_path=args.model_path,
+                         servers=tuple(args.servers.split(",")),
+                         sweeps=(("12mp", _sweep_config(args, "http://127.0.0.1:1", "12mp")),),
+                         extra_server_args=tuple(tuple(a.split("=", 1)) for a in args.server_arg))
+
+
+def test_a_variant_of_a_kind_is_its_own_server_with_its_own_arguments(tiny_model_dir: Path) -> None:
+    from edgeserve.bench.compare import server_kind
+
+    cfg = _compare_config(tiny_model_dir, "--servers", "edgeserve-split-onnx,edgeserve-split-onnx:1w,vllm",
+                          "--server-arg", "edgeserve-split-onnx:1w=--workers 1")
+    assert cfg.names == ("edgeserve-split-onnx", "edgeserve-split-onnx:1w", "vllm")
+    assert [server_kind(n) for n in cfg.names] == [ServerKind.EDGESERVE_SPLIT_ONNX,
+                                                    ServerKind.EDGESERVE_SPLIT_ONNX, ServerKind.VLLM]
+    variant, plain = cfg.argv("edgeserve-split-onnx:1w"), cfg.argv("edgeserve-split-onnx")
+    assert "--encoder" in plain and "--workers" not in plain
+    assert variant == [*plain, "--workers", "1"]
+
+
+def test_unknown_kinds_and_arguments_for_absent_variants_are_refused(tiny_model_dir: Path) -> None:
+    with pytest.raises(ValueError, match="nope"):
+        _compare_config(tiny_model_dir, "--servers", "edgeserve-split,nope:x")
+    with pytest.raises(ValueError, match="edgeserve-split:2w"):
+        _compare_config(tiny_model_dir, "--servers", "edgeserve-split",
+                        "--server-arg", "edgeserve-split:2w=--workers 2")
