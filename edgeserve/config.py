@@ -72,7 +72,7 @@ def default_workers(encoder_on_cpu: bool = False) -> int:
     CPU provider) the engine no longer runs the tower, its work per image falls about eightfold
     and the workers' grows by the tower's: the engine and the frontend then share one core,
     cores − 1 workers, and at least 2 where there are two cores, so that the slowest stage can
-    use both (on 2 cores, 12 MP photos at 1280 tokens: docs/runtime.md "How many workers").
+    use both (on 2 cores, 12 MP photos at 1280 tokens: docs/runtime.md, "How many workers when they encode").
     """
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     cores = cores or 1

@@ -142,7 +142,6 @@ class CompareConfig:
             if cores and not all(c.strip().isdigit() for c in cores.replace("-", ",").split(",")):
                 raise ValueError(f"bad CPU list {cores!r}: use e.g. 0,1 or 0-1")
 
-
     @property
     def names(self) -> tuple[str, ...]:
         """Each server's name in results and logs: its kind, or KIND:LABEL."""
