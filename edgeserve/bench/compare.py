@@ -103,7 +103,11 @@ def server_kind(name: str) -> ServerKind:
     """The kind of a server name: a kind, or ``KIND:LABEL`` for a variant of one (the same kind
     with its own ``--server-arg``, e.g. ``edgeserve-split-onnx:1w`` with ``--workers 1``), so
     that variants of one kind alternate in the same rounds. ValueError for an unknown kind."""
-    return ServerKind(name.split(":", 1)[0])
+    try:
+        return ServerKind(name.split(":", 1)[0])
+    except ValueError:
+        raise ValueError(f"unknown server {name!r}; known: "
+                         f"{', '.join(k.value for k in ServerKind)}") from None
 
 
 @dataclass(slots=True, frozen=True)

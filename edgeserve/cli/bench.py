@@ -377,14 +377,7 @@ def sweep_cmd(args: argparse.Namespace) -> int:
 
 
 def compare_cmd(args: argparse.Namespace) -> int:
-    from edgeserve.bench.compare import (
-        CompareConfig,
-        ServerKind,
-        format_summary_table,
-        load,
-        run_compare,
-        server_kind,
-    )
+    from edgeserve.bench.compare import format_summary_table, load, run_compare
     from edgeserve.bench.compare import save as save_compare
 
     if args.from_json:
@@ -403,45 +396,46 @@ def compare_cmd(args: argparse.Namespace) -> int:
         return 0
 
     try:
-        kinds = tuple(k.strip() for k in args.servers.split(",") if k.strip())
-        for k in kinds:
-            server_kind(k)
-    except ValueError:
-        return _fail(f"unknown server in {args.servers!r}; known: "
-                     f"{', '.join(k.value for k in ServerKind)}")
+        config = compare_config(args)
+    except (ValueError, OSError, argparse.ArgumentTypeError) as e:
+        return _fail(str(e))
+    return run_compare(config)
+
+
+def compare_config(args: argparse.Namespace) -> Any:
+    """``bench compare``'s flags as a :class:`~edgeserve.bench.compare.CompareConfig`;
+    ValueError (or argparse.ArgumentTypeError for a bad rate) with the fix in its message."""
+    from edgeserve.bench.compare import CompareConfig
+
     extra: dict[str, str] = {}
     for item in args.server_arg:
         kind, sep, value = item.partition("=")
         if not sep:
-            return _fail(f"bad --server-arg {item!r}: use KIND=ARGS")
+            raise ValueError(f"bad --server-arg {item!r}: use KIND=ARGS")
         extra[kind.strip()] = value
-    try:
-        workloads = tuple(w.strip() for w in args.workloads.split(",") if w.strip())
-        rates: dict[str, tuple[float, ...]] = {}
-        for item in args.workload_rates:
-            name, sep, value = item.partition("=")
-            if not sep or name.strip() not in workloads:
-                return _fail(f"bad --workload-rates {item!r}: use NAME=R1,R2,… for a workload "
-                             f"in --workloads")
-            rates[name.strip()] = _rates(value)
-        sweeps = {w: _sweep_config(args, f"http://127.0.0.1:{args.port}", w, rates.get(w))
-                  for w in workloads}
-        config = CompareConfig(
-            model_path=args.model_path,
-            servers=kinds,
-            sweeps=tuple(sweeps.items()),
-            server_cores=args.server_cores,
-            client_cores=args.client_cores,
-            rounds=args.rounds,
-            port=args.port,
-            startup_timeout_s=args.startup_timeout,
-            extra_server_args=tuple(extra.items()),
-            out_dir=args.out,
-            max_pixels=args.max_pixels,
-        )
-    except (ValueError, OSError, argparse.ArgumentTypeError) as e:
-        return _fail(str(e))
-    return run_compare(config)
+    workloads = tuple(w.strip() for w in args.workloads.split(",") if w.strip())
+    rates: dict[str, tuple[float, ...]] = {}
+    for item in args.workload_rates:
+        name, sep, value = item.partition("=")
+        if not sep or name.strip() not in workloads:
+            raise ValueError(f"bad --workload-rates {item!r}: use NAME=R1,R2,… for a workload "
+                             "in --workloads")
+        rates[name.strip()] = _rates(value)
+    sweeps = {w: _sweep_config(args, f"http://127.0.0.1:{args.port}", w, rates.get(w))
+              for w in workloads}
+    return CompareConfig(
+        model_path=args.model_path,
+        servers=tuple(k.strip() for k in args.servers.split(",") if k.strip()),
+        sweeps=tuple(sweeps.items()),
+        server_cores=args.server_cores,
+        client_cores=args.client_cores,
+        rounds=args.rounds,
+        port=args.port,
+        startup_timeout_s=args.startup_timeout,
+        extra_server_args=tuple(extra.items()),
+        out_dir=args.out,
+        max_pixels=args.max_pixels,
+    )
 
 
 def preproc_cmd(args: argparse.Namespace) -> int:

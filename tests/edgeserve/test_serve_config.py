@@ -89,7 +89,6 @@ def test_cli_reports_config_errors_without_a_traceback(capsys: pytest.CaptureFix
     assert "does not exist" in capsys.readouterr().err
 
 
-
 @pytest.mark.parametrize("cores", [1, 2, 4, 16])
 def test_default_workers_leave_the_engine_a_core_unless_the_workers_run_the_encoder_on_the_cpu(
     tiny_model_dir: Path, cores: int, monkeypatch: pytest.MonkeyPatch

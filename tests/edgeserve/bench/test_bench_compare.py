@@ -7,8 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from edgeserve.bench.compare import ServerKind, rates_by_bound, server_argv
+from edgeserve.bench.compare import (
+    CompareConfig,
+    ServerKind,
+    rates_by_bound,
+    server_argv,
+    server_kind,
+)
 from edgeserve.bench.sweep import SweepResult
+from edgeserve.cli.bench import compare_config
+from edgeserve.cli.main import build_parser
 
 
 def point(rate: float, p99_ms: float) -> dict:
@@ -48,22 +56,15 @@ def test_ratio_is_reported_at_each_ttft_bound() -> None:
     assert rows["3000"]["ratio_split_over_vllm"] == pytest.approx(20 / (8 + 4 * 1700 / 4700))
 
 
-def _compare_config(tiny_model_dir: Path, *argv: str):  # type: ignore[no-untyped-def]
-    from edgeserve.bench.compare import CompareConfig
-    from edgeserve.cli.bench import _sweep_config
-    from edgeserve.cli.main import build_parser
-
+def _compare_config(tiny_model_dir: Path, *argv: str) -> CompareConfig:
+    """The config ``edgeserve bench compare`` would run with these flags."""
     args = build_parser().parse_args(["bench", "compare", "--model-path", str(tiny_model_dir),
                                       "--workloads", "12mp", *argv])
-    return CompareConfig(model_path=args.model_path,
-                         servers=tuple(args.servers.split(",")),
-                         sweeps=(("12mp", _sweep_config(args, "http://127.0.0.1:1", "12mp")),),
-                         extra_server_args=tuple(tuple(a.split("=", 1)) for a in args.server_arg))
+    config: CompareConfig = compare_config(args)
+    return config
 
 
 def test_a_variant_of_a_kind_is_its_own_server_with_its_own_arguments(tiny_model_dir: Path) -> None:
-    from edgeserve.bench.compare import server_kind
-
     cfg = _compare_config(tiny_model_dir, "--servers", "edgeserve-split-onnx,edgeserve-split-onnx:1w,vllm",
                           "--server-arg", "edgeserve-split-onnx:1w=--workers 1")
     assert cfg.names == ("edgeserve-split-onnx", "edgeserve-split-onnx:1w", "vllm")
