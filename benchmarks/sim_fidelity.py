@@ -164,6 +164,7 @@ def main() -> int:
         interval_text,
         local_records,
         plot_cdfs,
+        spread_text,
         validate_runs,
     )
 
@@ -181,11 +182,16 @@ def main() -> int:
         report["runs"][name] = v.as_dict()
         if name != "calib":
             ivs = v.measured_intervals()
+            spread = v.simulated_spread()
             for q, bound in TARGETS.items():
                 a, b, e = rows.get(q, (None, None, None))
                 verdict = "—" if e is None else ("met" if abs(e) <= bound else "MISSED")
-                own = interval_text(a, b, ivs.get(q), " (measured's own 95 %: {lo} … {hi} %{inside})",
-                                    ", simulated inside it")
+                notes = [interval_text(a, b, ivs.get(q), "measured's own 95 %: {lo} … {hi} %{inside}",
+                                       ", simulated inside it"),
+                         spread_text(a, spread.get(q))]
+                if notes[1]:
+                    notes[1] = f"simulator's spread of a measurement: {notes[1]}"
+                own = f" ({'; '.join(n for n in notes if n)})" if any(notes) else ""
                 print(f"  target {q:18s} ±{bound * 100:.0f} %: "
                       f"{'—' if e is None else f'{e * 100:+.1f} %'} {verdict}{own}")
     sides = []

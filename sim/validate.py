@@ -12,13 +12,19 @@ profile, every request local, and sets the simulated requests beside the measure
 * measured-vs-simulated CDFs of TTFT and E2E (PNG);
 * beside each measured latency figure, its own 95 % interval (a block bootstrap over arrival
   time, :mod:`sim.bootstrap`): an error whose simulated figure lies inside it is no larger than
-  what another run of the same load could have shown.
+  what another run of the same load could have shown;
+* with several seeds, the *simulator's own spread* of each figure: the range the figure takes
+  over the seeds' replays, one replay of every held-out run per seed, as one measurement of those
+  runs would be taken. It holds what one recording cannot see — the machine's drift between
+  fresh servers, as fitted — so a measured figure outside it is one the model did not expect
+  from a measurement of that size, and one inside it is not evidence against the model.
 
 A profile is trusted as far as these errors go; docs/sim.md quotes them for held-out runs.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +40,7 @@ from sim.schema import build
 METRICS = ("ttft", "tpot", "itl", "e2e")
 STATS = ("mean", "p50", "p90", "p99")
 BLOCK_S = 10.0  # bootstrap block: longer than the machine's drift and a queue's life
+SPREAD_MIN_SEEDS = 5  # seeds below which the simulator's spread of a figure is not reported
 
 
 @dataclass(slots=True)
@@ -167,6 +174,8 @@ class Validation:
     simulated_stall_s: float = 0.0
     # held-out requests whose sizes lie outside those the profile was fitted on
     extrapolations: list[Extrapolation] = field(default_factory=list)
+    # the simulated side of each seed alone (every run's replay with that seed, pooled)
+    seed_sides: list[Side] = field(default_factory=list)
     _intervals: dict[str, tuple[float, float]] | None = field(default=None, repr=False)
 
     def rows(self) -> list[tuple[str, float | None, float | None, float | None]]:
@@ -197,35 +206,67 @@ class Validation:
                                for w, iv in self.measured.intervals(m).items()}
         return self._intervals
 
+    def simulated_spread(self) -> dict[str, tuple[float, float]]:
+        """"ttft p99" → the 2.5–97.5 % range of that figure over the seeds' replays (each seed
+        one replay of every run, pooled like the measured side), and "throughput req/s" likewise;
+        empty with fewer than :data:`SPREAD_MIN_SEEDS` seeds."""
+        if len(self.seed_sides) < SPREAD_MIN_SEEDS:
+            return {}
+        out: dict[str, tuple[float, float]] = {}
+        for m in METRICS:
+            for w in STATS:
+                xs = [x for x in (side.stat(m, w) for side in self.seed_sides) if x is not None]
+                if len(xs) >= SPREAD_MIN_SEEDS:
+                    lo, hi = np.percentile(xs, [2.5, 97.5])
+                    out[f"{m} {w}"] = (float(lo), float(hi))
+        lo, hi = np.percentile([side.throughput_rps for side in self.seed_sides], [2.5, 97.5])
+        out["throughput req/s"] = (float(lo), float(hi))
+        return out
+
     def as_dict(self) -> dict[str, Any]:
         ivs = self.measured_intervals()
+        spread = self.simulated_spread()
         rows = []
         for q, a, b, e in self.rows():
             row: dict[str, Any] = {"quantity": q, "measured": a, "simulated": b, "rel_error": e}
             if q in ivs:
                 row["measured_interval"] = list(ivs[q])
                 row["inside_interval"] = b is not None and ivs[q][0] <= b <= ivs[q][1]
+            if q in spread:
+                row["simulated_spread"] = list(spread[q])
+                row["measured_inside_spread"] = a is not None and spread[q][0] <= a <= spread[q][1]
             rows.append(row)
         return {"trace": self.trace, "profile": self.profile,
                 "measured_requests": self.measured.completed,
                 "simulated_requests": self.simulated.completed,
                 "interval": f"95 % block bootstrap of the measured requests, {BLOCK_S:g} s blocks",
+                "simulated_spread": (f"2.5–97.5 % of the figure over {len(self.seed_sides)} "
+                                     f"seeds' replays of all runs" if spread else None),
                 "outside_fitted_range": [x.as_dict() for x in self.extrapolations],
                 "rows": rows}
 
     def format(self) -> str:
         ivs = self.measured_intervals()
+        spread = self.simulated_spread()
         lines = [f"held-out trace {self.trace}: {self.measured.completed} measured, "
                  f"{self.simulated.completed} simulated requests (profile {self.profile})",
                  f"{'':24s} {'measured':>11s} {'simulated':>11s} {'error':>8s}   "
-                 f"measured's own 95 % (block bootstrap, {BLOCK_S:g} s blocks)"]
+                 f"{'measured own 95 %':24s}"
+                 + (f" simulated spread ({len(self.seed_sides)} seeds)" if spread else ""),
+                 f"{'':24s} {'':>11s} {'':>11s} {'':>8s}   "
+                 f"{f'(block bootstrap, {BLOCK_S:g} s)':24s}"
+                 + (" (as % of the measured)" if spread else "")]
         for q, a, b, e in self.rows():
             scale, unit = (1e3, " ms") if q.split()[0] in METRICS or q.startswith("stage") else (1, "")
             fa = "—" if a is None else f"{a * scale:.4g}{unit}"
             fb = "—" if b is None else f"{b * scale:.4g}{unit}"
             fe = "—" if e is None else f"{e * 100:+.1f} %"
-            fi = interval_text(a, b, ivs.get(q), "   {lo} … {hi} %{inside}", "  (inside)")
-            lines.append(f"{q:24s} {fa:>11s} {fb:>11s} {fe:>8s}{fi}")
+            fi = interval_text(a, b, ivs.get(q), "{lo} … {hi} %{inside}", " (in)")
+            fs = spread_text(a, spread.get(q))
+            line = f"{q:24s} {fa:>11s} {fb:>11s} {fe:>8s}"
+            if fi or fs:
+                line += f"   {fi:24s} {fs}".rstrip()
+            lines.append(line)
         lines += [f"note: {x.text()}" for x in self.extrapolations]
         return "\n".join(lines)
 
@@ -241,6 +282,16 @@ def interval_text(measured: float | None, simulated: float | None,
     within = simulated is not None and lo <= simulated <= hi
     return template.format(lo=f"{(lo / measured - 1) * 100:+.1f}",
                            hi=f"{(hi / measured - 1) * 100:+.1f}", inside=inside if within else "")
+
+
+def spread_text(measured: float | None, spread: tuple[float, float] | None) -> str:
+    """The simulator's spread of a figure as percentages of the measured figure, and "(holds
+    it)" when the measured figure lies inside; "" without a spread."""
+    if spread is None or not measured:
+        return ""
+    lo, hi = spread
+    holds = " (holds it)" if lo <= measured <= hi else ""
+    return f"{(lo / measured - 1) * 100:+.1f} … {(hi / measured - 1) * 100:+.1f} %{holds}"
 
 
 def rel(measured: float | None, simulated: float | None) -> float | None:
@@ -301,6 +352,7 @@ def _validate(profile: dict[str, Any], trace: str | Path, *, profile_name: str, 
         side = Side()
         for r in simulated:
             side.add(r)
+        v.seed_sides.append(copy.deepcopy(side))
         v.simulated_stall_s += stall_seconds([r for r in simulated if r.outcome is Outcome.OK])
         if k == 0:
             v.simulated, first = side, simulated
@@ -328,6 +380,8 @@ def validate_runs(profile: dict[str, Any], traces: list[Path] | list[str], *,
             continue
         pooled.measured.pool(v.measured)
         pooled.simulated.pool(v.simulated)
+        for mine, theirs in zip(pooled.seed_sides, v.seed_sides, strict=True):
+            mine.pool(theirs)
         pooled.measured_stall_s += v.measured_stall_s
         pooled.simulated_stall_s += v.simulated_stall_s
         pooled.trace += f" + {Path(t).name}"

@@ -139,3 +139,34 @@ def test_pooled_runs_keep_their_own_bootstrap_blocks(profile: Path) -> None:
     # ITL samples carry their request's run and arrival as well
     assert len(side.run["itl"]) == len(side.arrival_s["itl"]) == len(side.samples["itl"])
     assert set(side.intervals("ttft")) == {"mean", "p50", "p90", "p99"}
+
+
+def test_the_simulators_spread_is_the_range_of_each_seeds_pooled_replays(profile: Path) -> None:
+    # with five seeds, each figure gets the range it takes over the seeds: seed k's figure is
+    # that of seed k's replays of every run pooled, as one measurement of those runs is taken
+    prof = yaml.safe_load(profile.read_text())
+    runs = [DATA / "calib.jsonl", DATA / "heldout.jsonl"]
+    v = validate_runs(prof, runs, seeds=5)
+    assert len(v.seed_sides) == 5
+    per_seed = []
+    for k in range(5):
+        ttft = [r.ttft_s for t in runs for r in validate(prof, t, seed=1 + k)[1]
+                if r.outcome is Outcome.OK and r.ttft_s is not None]
+        per_seed.append(float(np.percentile(ttft, 99)))
+    assert len(set(per_seed)) > 1  # the profile is stochastic: seeds differ
+    lo, hi = v.simulated_spread()["ttft p99"]
+    assert (lo, hi) == pytest.approx(tuple(np.percentile(per_seed, [2.5, 97.5])))
+    # the pooled simulated figure is still all seeds together, untouched by the per-seed sides
+    assert v.simulated.completed == sum(s.completed for s in v.seed_sides)
+    report = {r["quantity"]: r for r in v.as_dict()["rows"]}
+    row = report["ttft p99"]
+    assert row["simulated_spread"] == pytest.approx([lo, hi])
+    assert row["measured_inside_spread"] == (lo <= row["measured"] <= hi)
+    assert "simulated spread (5 seeds)" in v.format()
+
+
+def test_too_few_seeds_report_no_spread(profile: Path) -> None:
+    v, _ = validate(yaml.safe_load(profile.read_text()), DATA / "heldout.jsonl", seeds=2)
+    assert v.simulated_spread() == {}
+    assert "simulated spread" not in v.format()
+    assert all("simulated_spread" not in r for r in v.as_dict()["rows"])
