@@ -101,7 +101,8 @@ class Calibration:
     engine_threads: int = 0  # cores the engine's model worker may run on
     contention: float = 0.0  # extra step seconds per second a worker was busy during it (κ)
     contention_n: int = 0
-    step_gap_s: float = 0.0  # mean idle time between back-to-back engine steps
+    step_gap_s: float = 0.0  # idle time between back-to-back engine steps (before a decode step)
+    step_gap_per_encoder_token_s: float = 0.0  # its growth with the image tokens of the next step
     handoff_s: float = 0.0  # median time from the end of preprocessing to the engine
     handoff_n: int = 0
     input_processing: StageFit | None = None  # vLLM's processing before a request is schedulable
@@ -621,6 +622,39 @@ def fit_drift(steps: list[EngineStep], fit: StageFit, kv_cache_tokens: KVCache,
     return math.sqrt(s2), best[2], len(rows)
 
 
+def fit_step_gap(steps: list[EngineStep], *, slope: bool = True) -> tuple[float, float]:
+    """The idle time between back-to-back steps (work was still running), ``g0 + g·encoder
+    tokens`` of the step that follows, by least squares: ``(g0, g)`` in seconds, ``(0, 0)`` with
+    fewer than MIN_SAMPLES gaps.
+
+    vLLM's elapsed_ms covers the model's forward pass; scheduling, output processing and the
+    hand-off to the frontend happen between steps, so the gap is part of every step's period. A
+    step that starts an image waits longer before it: the engine first takes the request in, its
+    processed pixels with it (2–4 ms before a 1230-token image step against 0.3–0.8 ms between
+    decode steps, measured), so one mean gap made every decode step ~0.5 ms too long and the
+    light kind's TPOT 37 % too slow. Least squares with an intercept keeps the mean gap, negative
+    gaps included: a step's ``t_s`` is when its output reached the frontend, so each gap carries
+    the difference of two deliveries' lags, which cancels in the mean over a run (it telescopes)
+    but not in a median — the median was 0.75 ms where the steps' periods said 1.2, and a decode
+    stream of 2 ms steps came out 17 % fast. ``slope=False``: one mean (``g = 0``)."""
+    ordered = sorted(steps, key=lambda s: s.t_s)
+    rows = [(b.t_s - b.duration_s - a.t_s, float(b.encoder_tokens))
+            for a, b in itertools.pairwise(ordered)
+            if a.running > 0 and abs(b.t_s - b.duration_s - a.t_s) < 0.05]
+    if len(rows) < MIN_SAMPLES:
+        return 0.0, 0.0
+    gap = np.asarray([r[0] for r in rows])
+    enc = np.asarray([r[1] for r in rows])
+    mean = float(gap.mean())
+    if not slope or np.count_nonzero(enc) < MIN_SAMPLES or float(enc.var()) == 0.0:
+        return max(0.0, mean), 0.0
+    g = float(np.cov(enc, gap, bias=True)[0, 1] / enc.var())
+    g0 = mean - g * float(enc.mean())
+    if g <= 0 or g0 < 0:  # no growth with the image, or none left for the decode steps
+        return max(0.0, mean), 0.0
+    return g0, g
+
+
 def input_processing(records: list[RequestRecord], steps: list[EngineStep]) -> StageFit | None:
     """vLLM's input processing, from the requests that found the engine idle: the time from the
     hand-over (``engine_queued_s``) to the start of the first step after it — no step was running
@@ -692,18 +726,10 @@ def calibrate_traces(data: TraceData) -> Calibration:
         cal.input_processing = input_processing(ok, data.steps)
     cal.step = fit_steps(quiet if use_quiet else warm, kv, sizes, embeds)
     if cal.step is not None:
-        # vLLM's elapsed_ms covers the model's forward pass; scheduling, output processing and
-        # the hand-off to the frontend happen between steps. The mean gap between back-to-back
-        # steps (work was still running) is part of every step's period. The mean, negative
-        # gaps included: a step's t_s is when its output reached the frontend, so each gap
-        # carries the difference of two deliveries' lags, which cancels in the mean over a run
-        # (it telescopes) but not in the median — the median was 0.75 ms where the steps'
-        # periods say 1.2, and a decode stream of 2 ms steps came out 17 % fast.
-        ordered = sorted(data.steps, key=lambda s: s.t_s)
-        gaps = [b.t_s - b.duration_s - a.t_s for a, b in itertools.pairwise(ordered)
-                if a.running > 0 and abs(b.t_s - b.duration_s - a.t_s) < 0.05]
-        if len(gaps) >= MIN_SAMPLES:
-            cal.step_gap_s = max(0.0, float(np.mean(gaps)))
+        # the idle time between steps is part of every step's period (fit_step_gap); with image
+        # embeddings handed over (--encoder onnx) it is kept as one mean
+        cal.step_gap_s, cal.step_gap_per_encoder_token_s = fit_step_gap(data.steps,
+                                                                        slope=not embeds)
         # contention, cold shapes and drift compare a step's own time (vLLM's elapsed_ms) with the
         # model's, so they are fitted before the gap joins the base
         if use_quiet:
@@ -720,9 +746,14 @@ def calibrate_traces(data: TraceData) -> Calibration:
                 {i for i, s in enumerate(data.steps) if id(s) in keep})
             cal.step.cv = math.sqrt(max(cal.step.cv ** 2 - (math.exp(sd * sd) - 1.0), 0.0))
         cal.step.base_s += cal.step_gap_s
+        g = cal.step_gap_per_encoder_token_s
+        if g > 0:
+            cal.step.per["encoder_tokens"] = cal.step.per.get("encoder_tokens", 0.0) + g
         cal.step.note = (f"{cal.step.n} of {cal.steps} engine steps"
                          + (", those with no worker busy" if use_quiet else "")
-                         + f"; base includes a {cal.step_gap_s * 1e3:.3f} ms gap between steps")
+                         + f"; base includes a {cal.step_gap_s * 1e3:.3f} ms gap between steps"
+                         + (f", encoder_tokens {g * 1e6:.3g} µs per image token of gap before a "
+                            f"step that encodes" if g > 0 else ""))
     elif data.steps:
         cal.skipped["step"] = f"{len(data.steps)} engine steps (need {MIN_SAMPLES})"
     return cal

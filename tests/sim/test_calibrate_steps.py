@@ -7,6 +7,7 @@ whatever the base profile said.
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from sim.calibrate import (
     cold_shape_factor,
     cold_steps,
     fit_drift,
+    fit_step_gap,
     fit_steps,
     read_traces,
     to_profile,
@@ -186,3 +188,32 @@ def test_the_cold_factor_is_what_the_cold_steps_took_over_the_model() -> None:
                        prefill_tokens=p) for i, p in enumerate((100, 700, 1500, 2000, 50, 900))]
     factor, n = cold_shape_factor(cold, fit, KV_TOKENS, {}, (), 0.0)
     assert n == 6 and factor == pytest.approx(0.5, rel=1e-6)
+
+
+def test_the_gap_before_a_step_grows_with_the_image_it_encodes() -> None:
+    # back-to-back steps whose idle time before them is 0.4 ms plus 2 µs per image token the
+    # step encodes (the engine takes the request and its pixels in first), with zero-mean jitter:
+    # the fit gives back both, and its mean is the mean gap (the periods telescope)
+    rng = np.random.default_rng(3)
+    steps, t, gaps = [], 0.0, []
+    for _ in range(2000):
+        enc = int(rng.choice([0, 0, 0, 221, 609, 1230]))
+        gap = 4e-4 + 2e-6 * enc + float(rng.normal(0.0, 2e-4))
+        d = 0.002 + 2e-4 * enc
+        t += gap + d
+        gaps.append(gap)
+        steps.append(EngineStep(t_s=t, duration_s=d, encoder_tokens=enc, prefill_tokens=enc,
+                                decode_tokens=1, running=2))
+    g0, g = fit_step_gap(steps)
+    assert g0 == pytest.approx(4e-4, abs=2e-5)
+    assert g == pytest.approx(2e-6, rel=0.03)
+    encs = [s.encoder_tokens for s in steps[1:]]
+    assert g0 + g * float(np.mean(encs)) == pytest.approx(float(np.mean(gaps[1:])), rel=1e-9)
+    # one mean when asked (embeddings handed over), and when the gap shrinks with the image
+    assert fit_step_gap(steps, slope=False) == (pytest.approx(float(np.mean(gaps[1:]))), 0.0)
+    shrinking = [EngineStep(t_s=s.t_s - 2.1e-6 * sum(x.encoder_tokens for x in steps[:i + 1]),
+                            duration_s=s.duration_s, encoder_tokens=s.encoder_tokens, running=2)
+                 for i, s in enumerate(steps)]  # 0.4 ms − 0.1 µs per image token
+    g0, g = fit_step_gap(shrinking)
+    assert g == 0.0 and g0 == pytest.approx(float(np.mean([
+        b.t_s - b.duration_s - a.t_s for a, b in itertools.pairwise(shrinking)])))
