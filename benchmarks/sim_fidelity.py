@@ -125,7 +125,9 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=Path("results/sim_fidelity"))
     p.add_argument("--repeats", type=int, default=2,
                    help="fresh-server runs of each kind, pooled (the calibration kind: at least 2)")
-    p.add_argument("--seeds", type=int, default=5, help="simulated replays pooled per trace")
+    p.add_argument("--seeds", type=int, default=20,
+                   help="simulated replays pooled per trace; also the seeds of the simulator's "
+                        "spread of each figure (20: a 95 %% range)")
     p.add_argument("--analyse-only", action="store_true",
                    help="skip the runs: calibrate and validate the traces already in --out")
     p.add_argument("--lock", type=Path, default=None,

@@ -39,7 +39,9 @@ def add_parser(subparsers: Any, help_: str) -> None:
                    help="validate: write validation.json and the CDF plots here")
     p.add_argument("--seeds", type=int, default=5,
                    help="validate: pool this many simulated replays (seeds 1…N) per trace, so the "
-                        "simulated percentiles carry less of one seed's luck (default 5)")
+                        "simulated percentiles carry less of one seed's luck; with 5 or more, "
+                        "each figure also gets the simulator's own spread over the seeds "
+                        "(2.5-97.5 %%; 20 seeds make it a real 95 %% range) (default 5)")
     p.add_argument("--pool", action="store_true",
                    help="validate: the HELDOUT traces are repeated runs of one kind; compare them "
                         "as one, pooling their measured requests and their replays")
