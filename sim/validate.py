@@ -177,6 +177,7 @@ class Validation:
     # the simulated side of each seed alone (every run's replay with that seed, pooled)
     seed_sides: list[Side] = field(default_factory=list)
     _intervals: dict[str, tuple[float, float]] | None = field(default=None, repr=False)
+    _spread: dict[str, tuple[float, float]] | None = field(default=None, repr=False)
 
     def rows(self) -> list[tuple[str, float | None, float | None, float | None]]:
         """(quantity, measured, simulated, relative error) — latencies in seconds."""
@@ -209,9 +210,12 @@ class Validation:
     def simulated_spread(self) -> dict[str, tuple[float, float]]:
         """"ttft p99" → the 2.5–97.5 % range of that figure over the seeds' replays (each seed
         one replay of every run, pooled like the measured side), and "throughput req/s" likewise;
-        empty with fewer than :data:`SPREAD_MIN_SEEDS` seeds."""
-        if len(self.seed_sides) < SPREAD_MIN_SEEDS:
-            return {}
+        empty with fewer than :data:`SPREAD_MIN_SEEDS` seeds; computed once."""
+        if self._spread is None:
+            self._spread = self._seed_ranges() if len(self.seed_sides) >= SPREAD_MIN_SEEDS else {}
+        return self._spread
+
+    def _seed_ranges(self) -> dict[str, tuple[float, float]]:
         out: dict[str, tuple[float, float]] = {}
         for m in METRICS:
             for w in STATS:
