@@ -291,11 +291,7 @@ def interval_text(measured: float | None, simulated: float | None,
 def spread_text(measured: float | None, spread: tuple[float, float] | None) -> str:
     """The simulator's spread of a figure as percentages of the measured figure, and "(holds
     it)" when the measured figure lies inside; "" without a spread."""
-    if spread is None or not measured:
-        return ""
-    lo, hi = spread
-    holds = " (holds it)" if lo <= measured <= hi else ""
-    return f"{(lo / measured - 1) * 100:+.1f} … {(hi / measured - 1) * 100:+.1f} %{holds}"
+    return interval_text(measured, measured, spread, "{lo} … {hi} %{inside}", " (holds it)")
 
 
 def rel(measured: float | None, simulated: float | None) -> float | None:
