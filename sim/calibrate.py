@@ -102,7 +102,7 @@ class Calibration:
     contention: float = 0.0  # extra step seconds per second a worker was busy during it (κ)
     contention_n: int = 0
     step_gap_s: float = 0.0  # idle time between back-to-back engine steps (before a decode step)
-    step_gap_per_encoder_token_s: float = 0.0  # its growth with the image tokens of the next step
+    step_gap_per: dict[str, float] = field(default_factory=dict)  # its growth per step feature
     handoff_s: float = 0.0  # median time from the end of preprocessing to the engine
     handoff_n: int = 0
     input_processing: StageFit | None = None  # vLLM's processing before a request is schedulable
@@ -622,37 +622,57 @@ def fit_drift(steps: list[EngineStep], fit: StageFit, kv_cache_tokens: KVCache,
     return math.sqrt(s2), best[2], len(rows)
 
 
-def fit_step_gap(steps: list[EngineStep], *, slope: bool = True) -> tuple[float, float]:
-    """The idle time between back-to-back steps (work was still running), ``g0 + g·encoder
-    tokens`` of the step that follows, by least squares: ``(g0, g)`` in seconds, ``(0, 0)`` with
-    fewer than MIN_SAMPLES gaps.
+GAP_FEATURES = ("encoder_tokens", "decode_tokens")  # what the gap before a step grows with
+GAP_UNITS = {"encoder_tokens": "image token", "decode_tokens": "sequence decoding"}
+
+
+def fit_step_gap(steps: list[EngineStep], *,
+                 features: tuple[str, ...] = GAP_FEATURES) -> tuple[float, dict[str, float]]:
+    """The idle time between back-to-back steps (work was still running), ``g0 + Σ g_f·f`` over
+    ``features`` of the step that follows, by least squares: ``(g0, {f: g_f})`` in seconds;
+    ``(0, {})`` with fewer than MIN_SAMPLES gaps.
 
     vLLM's elapsed_ms covers the model's forward pass; scheduling, output processing and the
-    hand-off to the frontend happen between steps, so the gap is part of every step's period. A
-    step that starts an image waits longer before it: the engine first takes the request in, its
-    processed pixels with it (2–4 ms before a 1230-token image step against 0.3–0.8 ms between
-    decode steps, measured), so one mean gap made every decode step ~0.5 ms too long and the
-    light kind's TPOT 37 % too slow. Least squares with an intercept keeps the mean gap, negative
-    gaps included: a step's ``t_s`` is when its output reached the frontend, so each gap carries
-    the difference of two deliveries' lags, which cancels in the mean over a run (it telescopes)
-    but not in a median — the median was 0.75 ms where the steps' periods said 1.2, and a decode
-    stream of 2 ms steps came out 17 % fast. ``slope=False``: one mean (``g = 0``)."""
+    hand-off to the frontend happen between steps, so the gap is part of every step's period.
+    It grows with what the step holds (measured on a 2-core Zen 4, calibration runs):
+
+    - ``encoder_tokens``: a step that starts an image waits longer before it, the engine first
+      takes the request in, its processed pixels with it (2–4 ms before a 1230-token image step
+      against 0.3–0.8 ms between decode steps). With image embeddings handed over
+      (``--encoder onnx``) this term is left out.
+    - ``decode_tokens``: every running sequence's token is sampled, detokenized and streamed
+      between steps (mean gap 0.59 ms before a one-sequence decode step, 0.81 ms at 4,
+      1.2–1.6 ms at 8–16). One mean made the light runs' small batches ~0.3 ms per step slow.
+
+    Least squares with an intercept keeps the mean gap, negative gaps included: a step's ``t_s``
+    is when its output reached the frontend, so each gap carries the difference of two
+    deliveries' lags, which cancels in the mean over a run (it telescopes) but not in a median —
+    the median was 0.75 ms where the steps' periods said 1.2, and a decode stream of 2 ms steps
+    came out 17 % fast. A feature whose slope comes out ≤ 0 (the gap does not grow with it) is
+    dropped and the rest refitted; a negative intercept (nothing left for a bare step) falls
+    back to one mean. ``features=()``: one mean."""
     ordered = sorted(steps, key=lambda s: s.t_s)
-    rows = [(b.t_s - b.duration_s - a.t_s, float(b.encoder_tokens))
+    rows = [(b.t_s - b.duration_s - a.t_s, *(float(getattr(b, f)) for f in features))
             for a, b in itertools.pairwise(ordered)
             if a.running > 0 and abs(b.t_s - b.duration_s - a.t_s) < 0.05]
     if len(rows) < MIN_SAMPLES:
-        return 0.0, 0.0
-    gap = np.asarray([r[0] for r in rows])
-    enc = np.asarray([r[1] for r in rows])
-    mean = float(gap.mean())
-    if not slope or np.count_nonzero(enc) < MIN_SAMPLES or float(enc.var()) == 0.0:
-        return max(0.0, mean), 0.0
-    g = float(np.cov(enc, gap, bias=True)[0, 1] / enc.var())
-    g0 = mean - g * float(enc.mean())
-    if g <= 0 or g0 < 0:  # no growth with the image, or none left for the decode steps
-        return max(0.0, mean), 0.0
-    return g0, g
+        return 0.0, {}
+    arr = np.asarray(rows, dtype=float)
+    gap = arr[:, 0]
+    mean = max(0.0, float(gap.mean()))
+    keep = [j for j in range(len(features))
+            if np.count_nonzero(arr[:, 1 + j]) >= MIN_SAMPLES and float(arr[:, 1 + j].var()) > 0]
+    while keep:
+        a = np.column_stack([np.ones(len(gap))] + [arr[:, 1 + j] for j in keep])
+        coef, *_ = np.linalg.lstsq(a, gap, rcond=None)
+        slopes = coef[1:]
+        if float(slopes.min()) <= 0:
+            keep.pop(int(np.argmin(slopes)))
+            continue
+        if coef[0] < 0:
+            return mean, {}
+        return float(coef[0]), {features[j]: float(c) for j, c in zip(keep, slopes, strict=True)}
+    return mean, {}
 
 
 def input_processing(records: list[RequestRecord], steps: list[EngineStep]) -> StageFit | None:
@@ -727,9 +747,10 @@ def calibrate_traces(data: TraceData) -> Calibration:
     cal.step = fit_steps(quiet if use_quiet else warm, kv, sizes, embeds)
     if cal.step is not None:
         # the idle time between steps is part of every step's period (fit_step_gap); with image
-        # embeddings handed over (--encoder onnx) it is kept as one mean
-        cal.step_gap_s, cal.step_gap_per_encoder_token_s = fit_step_gap(data.steps,
-                                                                        slope=not embeds)
+        # embeddings handed over (--encoder onnx) it does not grow with the image
+        cal.step_gap_s, cal.step_gap_per = fit_step_gap(
+            data.steps, features=tuple(f for f in GAP_FEATURES
+                                       if not (embeds and f == "encoder_tokens")))
         # contention, cold shapes and drift compare a step's own time (vLLM's elapsed_ms) with the
         # model's, so they are fitted before the gap joins the base
         if use_quiet:
@@ -746,14 +767,13 @@ def calibrate_traces(data: TraceData) -> Calibration:
                 {i for i, s in enumerate(data.steps) if id(s) in keep})
             cal.step.cv = math.sqrt(max(cal.step.cv ** 2 - (math.exp(sd * sd) - 1.0), 0.0))
         cal.step.base_s += cal.step_gap_s
-        g = cal.step_gap_per_encoder_token_s
-        if g > 0:
-            cal.step.per["encoder_tokens"] = cal.step.per.get("encoder_tokens", 0.0) + g
+        for f, g in cal.step_gap_per.items():
+            cal.step.per[f] = cal.step.per.get(f, 0.0) + g
         cal.step.note = (f"{cal.step.n} of {cal.steps} engine steps"
                          + (", those with no worker busy" if use_quiet else "")
                          + f"; base includes a {cal.step_gap_s * 1e3:.3f} ms gap between steps"
-                         + (f", encoder_tokens {g * 1e6:.3g} µs per image token of gap before a "
-                            f"step that encodes" if g > 0 else ""))
+                         + "".join(f", {f} {g * 1e6:.3g} µs per {GAP_UNITS[f]} of gap"
+                                   for f, g in cal.step_gap_per.items()))
     elif data.steps:
         cal.skipped["step"] = f"{len(data.steps)} engine steps (need {MIN_SAMPLES})"
     return cal

@@ -7,7 +7,6 @@ whatever the base profile said.
 
 from __future__ import annotations
 
-import itertools
 import math
 from pathlib import Path
 
@@ -190,30 +189,48 @@ def test_the_cold_factor_is_what_the_cold_steps_took_over_the_model() -> None:
     assert n == 6 and factor == pytest.approx(0.5, rel=1e-6)
 
 
-def test_the_gap_before_a_step_grows_with_the_image_it_encodes() -> None:
+def test_the_gap_before_a_step_grows_with_its_image_and_its_batch() -> None:
     # back-to-back steps whose idle time before them is 0.4 ms plus 2 µs per image token the
-    # step encodes (the engine takes the request and its pixels in first), with zero-mean jitter:
-    # the fit gives back both, and its mean is the mean gap (the periods telescope)
+    # step encodes (the engine takes the request and its pixels in first) plus 60 µs per sequence
+    # it decodes (each one's token is sampled, detokenized and streamed), with zero-mean jitter:
+    # the fit gives back all three, and its mean is the mean gap (the periods telescope)
     rng = np.random.default_rng(3)
     steps, t, gaps = [], 0.0, []
-    for _ in range(2000):
+    for _ in range(3000):
         enc = int(rng.choice([0, 0, 0, 221, 609, 1230]))
-        gap = 4e-4 + 2e-6 * enc + float(rng.normal(0.0, 2e-4))
+        batch = int(rng.integers(1, 12))
+        gap = 4e-4 + 2e-6 * enc + 6e-5 * batch + float(rng.normal(0.0, 2e-4))
         d = 0.002 + 2e-4 * enc
         t += gap + d
         gaps.append(gap)
         steps.append(EngineStep(t_s=t, duration_s=d, encoder_tokens=enc, prefill_tokens=enc,
-                                decode_tokens=1, running=2))
-    g0, g = fit_step_gap(steps)
+                                decode_tokens=batch, running=batch + 1))
+    g0, per = fit_step_gap(steps)
     assert g0 == pytest.approx(4e-4, abs=2e-5)
-    assert g == pytest.approx(2e-6, rel=0.03)
-    encs = [s.encoder_tokens for s in steps[1:]]
-    assert g0 + g * float(np.mean(encs)) == pytest.approx(float(np.mean(gaps[1:])), rel=1e-9)
-    # one mean when asked (embeddings handed over), and when the gap shrinks with the image
-    assert fit_step_gap(steps, slope=False) == (pytest.approx(float(np.mean(gaps[1:]))), 0.0)
+    assert per["encoder_tokens"] == pytest.approx(2e-6, rel=0.03)
+    assert per["decode_tokens"] == pytest.approx(6e-5, rel=0.05)
+    later = steps[1:]
+    assert g0 + sum(g * float(np.mean([getattr(s, f) for s in later])) for f, g in per.items()) \
+        == pytest.approx(float(np.mean(gaps[1:])), rel=1e-9)
+    # one mean with no features (nothing to grow with)
+    assert fit_step_gap(steps, features=()) == (pytest.approx(float(np.mean(gaps[1:]))), {})
+    # a gap that shrinks with the image: that term is dropped, the batch's is kept
     shrinking = [EngineStep(t_s=s.t_s - 2.1e-6 * sum(x.encoder_tokens for x in steps[:i + 1]),
-                            duration_s=s.duration_s, encoder_tokens=s.encoder_tokens, running=2)
-                 for i, s in enumerate(steps)]  # 0.4 ms − 0.1 µs per image token
-    g0, g = fit_step_gap(shrinking)
-    assert g == 0.0 and g0 == pytest.approx(float(np.mean([
-        b.t_s - b.duration_s - a.t_s for a, b in itertools.pairwise(shrinking)])))
+                            duration_s=s.duration_s, encoder_tokens=s.encoder_tokens,
+                            decode_tokens=s.decode_tokens, running=s.running)
+                 for i, s in enumerate(steps)]  # 0.4 ms − 0.1 µs per image token + 60 µs/seq
+    g0, per = fit_step_gap(shrinking)
+    assert set(per) == {"decode_tokens"} and per["decode_tokens"] == pytest.approx(6e-5, rel=0.05)
+
+
+def test_a_gap_that_leaves_nothing_for_a_bare_step_falls_back_to_one_mean() -> None:
+    # 60 µs per sequence and a −0.2 ms intercept: a one-sequence step would wait a negative time
+    steps, t = [], 0.0
+    for i in range(200):
+        batch = 4 + i % 8
+        t += -2e-4 + 6e-5 * batch + 0.002
+        steps.append(EngineStep(t_s=t, duration_s=0.002, decode_tokens=batch, running=batch))
+    g0, per = fit_step_gap(steps)
+    assert per == {}
+    assert g0 == pytest.approx(float(np.mean([-2e-4 + 6e-5 * s.decode_tokens
+                                              for s in steps[1:]])), rel=1e-9)
