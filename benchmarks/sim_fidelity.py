@@ -160,6 +160,7 @@ def main() -> int:
     import yaml
 
     from sim.calibrate import calibrate_traces, format_fits, read_traces, to_profile
+    from sim.speed_level import speed_level, with_speed_level
     from sim.validate import (
         Side,
         Validation,
@@ -196,6 +197,21 @@ def main() -> int:
                 own = f" ({'; '.join(n for n in notes if n)})" if any(notes) else ""
                 print(f"  target {q:18s} ±{bound * 100:.0f} %: "
                       f"{'—' if e is None else f'{e * 100:+.1f} %'} {verdict}{own}")
+        # the same replays with each server's own speed level, measured from its steps: an oracle
+        # (the level comes from the run compared with), so what is left is the model's error
+        levels = [speed_level(cal, read_traces([t])) for t in traces]
+        if all(lv is not None for lv in levels):
+            known = [float(lv) for lv in levels if lv is not None]
+            o = validate_runs(profile, traces, profile_name="fidelity-calib", seeds=args.seeds,
+                              trace_profiles=[with_speed_level(profile, cal, lv) for lv in known])
+            errs = {q: e for q, _a, _b, e in o.rows()}
+            report["runs"][name]["oracle_level"] = {
+                "levels": known, "rel_error": {q: errs.get(q) for q in TARGETS}}
+            print(f"  with each server's own speed level (measured from its steps: "
+                  f"{', '.join(f'{lv:.3f}' for lv in known)} × the step model; an oracle, not a "
+                  "prediction):")
+            print("    " + ", ".join(f"{q} {'—' if errs.get(q) is None else f'{errs[q] * 100:+.1f} %'}"
+                                     for q in TARGETS))
     sides = []
     for t in groups["calib"][:2]:
         side = Side()

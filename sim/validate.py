@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -365,15 +366,21 @@ def _validate(profile: dict[str, Any], trace: str | Path, *, profile_name: str, 
     return v, first, measured
 
 
-def validate_runs(profile: dict[str, Any], traces: list[Path] | list[str], *,
-                  profile_name: str = "", seeds: int = 1) -> Validation:
+def validate_runs(profile: dict[str, Any], traces: Sequence[str | Path], *,
+                  profile_name: str = "", seeds: int = 1,
+                  trace_profiles: list[dict[str, Any]] | None = None) -> Validation:
     """:func:`validate` over several held-out runs of one kind, pooled on both sides: the measured
     requests of every trace, and ``seeds`` replays of each trace's arrivals; throughput is the
-    total completions over the total span. A percentile then rests on all the runs' requests."""
+    total completions over the total span. A percentile then rests on all the runs' requests.
+    ``trace_profiles``: one profile per trace to replay it through instead of ``profile`` (its
+    server's own speed level, :mod:`sim.speed_level`); ``profile`` still gives the fitted range."""
+    if trace_profiles is not None and len(trace_profiles) != len(traces):
+        raise ValueError(f"{len(trace_profiles)} trace profiles for {len(traces)} traces")
     pooled: Validation | None = None
     measured: list[RequestRecord] = []
-    for t in traces:
-        v, _, recs = _validate(profile, t, profile_name=profile_name, seed=1, seeds=seeds)
+    for i, t in enumerate(traces):
+        own = profile if trace_profiles is None else trace_profiles[i]
+        v, _, recs = _validate(own, t, profile_name=profile_name, seed=1, seeds=seeds)
         measured += recs
         if pooled is None:
             pooled = v
