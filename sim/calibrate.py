@@ -175,8 +175,10 @@ def step_features(s: EngineStep, kv_cache_tokens: KVCache,
                   image_sizes: tuple[int, ...] = ()) -> tuple[float, ...]:
     """A step's features in :data:`STEP_FEATURES` order (see :func:`encoder_square_sum`)."""
     sq = encoder_square_sum(s.encoder_tokens, image_sizes)
-    return (s.prefill_tokens, s.decode_tokens, context_tokens(s, kv_cache_tokens),
-            s.encoder_tokens, sq, float(s.encoder_tokens) ** 2 - sq)
+    ctx = context_tokens(s, kv_cache_tokens)
+    others = max(0.0, ctx - s.prefill_tokens)
+    return (s.prefill_tokens, s.decode_tokens, ctx,
+            s.encoder_tokens, sq, float(s.encoder_tokens) ** 2 - sq, s.prefill_tokens * others)
 
 
 def step_prediction(fit: StageFit, s: EngineStep, kv_cache_tokens: KVCache,
@@ -206,7 +208,7 @@ def fit_steps(steps: Iterable[EngineStep], kv_cache_tokens: KVCache = 0,
     rows = [(s.duration_s, *step_features(s, kv_cache_tokens, image_sizes))
             for s in steps if s.duration_s > 0]
     if embeds:
-        rows = [(*r[:4], 0.0, 0.0, 0.0) for r in rows]
+        rows = [(*r[:4], 0.0, 0.0, 0.0, *r[7:]) for r in rows]
     if len(rows) < MIN_SAMPLES:
         return None
     arr = np.asarray(rows, dtype=float)

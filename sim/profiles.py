@@ -188,6 +188,12 @@ STEP_FEATURES = (
     # (Σ image tokens)² − Σ image tokens²: what a step costs beyond its images encoded one by one
     # when it encodes several (vLLM's CPU tower: 1.1–1.3 × the single images' sum, measured)
     "encoder_tokens_cross",
+    # prefill_tokens × (context_tokens − prefill_tokens): a step's prompt tokens against the context
+    # the others hold. vLLM's CPU backend attends a prefill over the whole batch's keys, so a
+    # prefill beside decoders costs more with their context (a 1230-token image step: 280 ms beside
+    # no decoder, 305–310 ms beside 12–16 holding 14–19 k tokens; a 221-token one +3 ms), while a
+    # decode-only step's time hardly grows with context (1.8–2.2 ms at 1 k or 2 k tokens)
+    "prefill_x_context",
 )
 
 

@@ -34,6 +34,7 @@ it rides in longer. A step takes, at clock scale 1::
            + per[context_tokens]·context_tokens + per[encoder_tokens]·encoder_tokens
            + per[encoder_tokens_sq]·encoder_tokens_sq
            + per[encoder_tokens_cross]·encoder_tokens_cross
+           + per[prefill_x_context]·prefill_tokens·(context_tokens − prefill_tokens)
 
 - ``prefill_tokens``: prompt tokens computed in the step (a prefix-cache hit of
   ``job.cached_tokens`` is not computed: the prefill starts there; at least one prompt token is
@@ -50,6 +51,13 @@ it rides in longer. A step takes, at clock scale 1::
   image — vLLM's CPU tower attends image by image, yet a step encoding two took 1.1–1.3 × the
   two images' single-image costs (measured on the Zen 4 dev machine, 2026-12-03), so the excess
   of a multi-image step is its own term.
+- ``prefill_x_context``: the step's prompt tokens times the context the others hold
+  (``context_tokens − prefill_tokens``). vLLM's CPU backend attends a prefill over the whole
+  batch's keys, so a prefill beside decoders costs more the more context they hold, while a
+  decode-only step's time hardly grows with context (measured on the Zen 4 dev machine,
+  2026-12-04: a 1230-token image step took 280 ms beside no decoder and 305–310 ms beside 12–16
+  decoders holding 14–19 k tokens, a 221-token one 3 ms more; decode-only steps 1.8–2.2 ms at
+  1 k or 2 k tokens).
 
 The step time is stretched by the DVFS ``clock_scale`` in force when the step starts (a step in
 progress keeps its end), by ``stretch(duration)`` when the owner sets it (a device whose engine shares
@@ -126,6 +134,7 @@ class StepEngine(Engine):
         "_c_encoder_cross",
         "_c_encoder_sq",
         "_c_prefill",
+        "_c_prefill_ctx",
         "_cold_factor",
         "_ctx_decoding",
         "_draws",
@@ -180,6 +189,7 @@ class StepEngine(Engine):
         self._c_encoder = per.get("encoder_tokens", 0.0)
         self._c_encoder_sq = per.get("encoder_tokens_sq", 0.0)
         self._c_encoder_cross = per.get("encoder_tokens_cross", 0.0)
+        self._c_prefill_ctx = per.get("prefill_x_context", 0.0)
         self._noisy = model.cv > 0
         draws = draws if draws is not None else Draws(f"{name}:step")
         self._noise = ServiceTime(ServiceModelConfig(kind=ServiceKind.LOGNORMAL, cv=model.cv),
@@ -397,7 +407,8 @@ class StepEngine(Engine):
             return
         d = (self._base + self._c_prefill * prefill + self._c_decode * n_dec
              + self._c_context * ctx + self._c_encoder * enc + self._c_encoder_sq * enc_sq
-             + self._c_encoder_cross * (enc * enc - enc_sq)) * self.clock_scale
+             + self._c_encoder_cross * (enc * enc - enc_sq)
+             + self._c_prefill_ctx * prefill * (ctx - prefill)) * self.clock_scale
         if self._cold_factor and prefill and prefill not in self._shapes:
             self._shapes.add(prefill)  # a prefill-token count run the first time
             cold = True

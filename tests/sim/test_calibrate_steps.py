@@ -26,7 +26,8 @@ from sim.calibrate import (
 )
 
 TRUE = {"base_s": 0.004, "prefill_tokens": 2.0e-5, "decode_tokens": 3.0e-4,
-        "context_tokens": 1.0e-7, "encoder_tokens": 1.0e-4, "encoder_tokens_sq": 6.0e-8}
+        "context_tokens": 1.0e-7, "encoder_tokens": 1.0e-4, "encoder_tokens_sq": 6.0e-8,
+        "prefill_x_context": 1.0e-9}
 KV_TOKENS = 65536
 
 
@@ -41,7 +42,8 @@ def step_log(n: int, noise_cv: float, seed: int = 0) -> list[EngineStep]:
         usage = float(rng.uniform(0.0, 0.5))
         mean = (TRUE["base_s"] + TRUE["prefill_tokens"] * prefill + TRUE["decode_tokens"] * decode
                 + TRUE["context_tokens"] * usage * KV_TOKENS + TRUE["encoder_tokens"] * enc
-                + TRUE["encoder_tokens_sq"] * enc * enc)
+                + TRUE["encoder_tokens_sq"] * enc * enc
+                + TRUE["prefill_x_context"] * prefill * max(0.0, usage * KV_TOKENS - prefill))
         d = mean * (rng.lognormal(-noise_cv**2 / 2, noise_cv) if noise_cv else 1.0)
         t += d
         steps.append(EngineStep(t_s=t, duration_s=d, prefill_tokens=prefill,
@@ -56,7 +58,7 @@ def test_exact_steps_give_back_the_coefficients() -> None:
     assert fit is not None
     assert fit.base_s == pytest.approx(TRUE["base_s"], rel=1e-6)
     for k in ("prefill_tokens", "decode_tokens", "context_tokens", "encoder_tokens",
-              "encoder_tokens_sq"):
+              "encoder_tokens_sq", "prefill_x_context"):
         assert fit.per[k] == pytest.approx(TRUE[k], rel=1e-6)
     assert fit.r2 == pytest.approx(1.0) and fit.cv < 1e-9
 

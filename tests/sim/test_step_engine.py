@@ -413,3 +413,22 @@ def test_bad_step_fields_are_named(key: str, value: object, message: str) -> Non
     with pytest.raises(ConfigError) as e:
         load_scenario(None, [(key, value)])
     assert str(e.value).startswith(message)
+
+
+def test_a_prefill_beside_decoders_pays_for_their_context() -> None:
+    # 1 µs per prompt token per token of context the others hold (vLLM's CPU backend attends a
+    # prefill over the whole batch's keys): b's 300-token prompt joins a, which holds its 500
+    # prompt tokens and the ones it decoded, so b's step costs 0.1 + 0.3 + 0.01 (a's token)
+    # + 1e-6 · 300 · a's context; the same prompt alone on the engine (c, later) pays nothing
+    per = {**PER, "prefill_x_context": 1e-6}
+    r = Run([job("a", 0.0, 500, 6), job("b", 0.65, 300, 1), job("c", 5.0, 300, 1)],
+            model(per=per)).run()
+    mixed = [s for s in r.steps if s[2] and s[3]]
+    assert len(mixed) == 1
+    _start, dur, prefill, n_dec, ctx, _enc = mixed[0]
+    assert (prefill, n_dec) == (300, 1)
+    held_by_a = ctx - prefill
+    assert 500 < held_by_a <= 506  # a's prompt and the tokens it has decoded so far
+    assert dur == pytest.approx(0.1 + 0.3 + 0.01 + 1e-6 * 300 * held_by_a)
+    alone = [s for s in r.steps if s[0] >= 5.0]
+    assert alone[0][1] == pytest.approx(0.4)  # c's prefill: nothing else held
