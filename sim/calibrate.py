@@ -116,6 +116,11 @@ class Calibration:
     # the sizes fitted on (image tokens, pixels, prompt tokens): where the models interpolate
     fitted_range: FittedRange = field(default_factory=FittedRange)
 
+    def step_gap_before(self, s: EngineStep) -> float:
+        """The fitted idle time before step ``s`` (:func:`fit_step_gap`), which the step model's
+        coefficients include and vLLM's own step time does not."""
+        return self.step_gap_s + sum(g * getattr(s, f) for f, g in self.step_gap_per.items())
+
 
 STEP_FEATURES = list(PROFILE_STEP_FEATURES)  # the step model's terms, in the profile's order
 
@@ -504,6 +509,11 @@ def worker_busy(recs: Iterable[RequestRecord]) -> dict[int, Intervals]:
     return {w: Intervals(v) for w, v in spans.items()}
 
 
+def worker_seconds(s: EngineStep, workers: dict[int, Intervals]) -> float:
+    """The seconds of step ``s`` during which workers were busy, summed over the workers."""
+    return sum(iv.fraction(s.t_s - s.duration_s, s.t_s) for iv in workers.values()) * s.duration_s
+
+
 def contention(steps: list[EngineStep], fit: StageFit, kv_cache_tokens: KVCache,
                workers: dict[int, Intervals], sizes: tuple[int, ...] = ()) -> tuple[float, int]:
     """How much a busy preprocessing worker lengthens an engine step: ``step ≈ fitted + κ·x``,
@@ -516,10 +526,9 @@ def contention(steps: list[EngineStep], fit: StageFit, kv_cache_tokens: KVCache,
     each second of worker activity costs the step a second."""
     xs, ys, ws = [], [], []
     for s in steps:
-        a = s.t_s - s.duration_s
         if s.duration_s <= 0:
             continue
-        x = sum(iv.fraction(a, s.t_s) for iv in workers.values()) * s.duration_s
+        x = worker_seconds(s, workers)
         if x < 0.05 * s.duration_s:
             continue
         pred = step_prediction(fit, s, kv_cache_tokens, sizes)
@@ -543,8 +552,7 @@ def cold_shape_factor(cold: list[EngineStep], fit: StageFit, kv_cache_tokens: KV
         return 0.0, len(cold)
     measured = modelled = 0.0
     for s in cold:
-        a = s.t_s - s.duration_s
-        x = sum(iv.fraction(a, s.t_s) for iv in workers.values()) * s.duration_s
+        x = worker_seconds(s, workers)
         modelled += kappa * x + step_prediction(fit, s, kv_cache_tokens, sizes)
         measured += s.duration_s
     return max(0.0, measured / modelled - 1.0) if modelled > 0 else 0.0, len(cold)

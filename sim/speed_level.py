@@ -29,6 +29,7 @@ from sim.calibrate import (
     step_prediction,
     worker_busy,
     worker_busy_through_encode,
+    worker_seconds,
 )
 from sim.engine_kv import kv_cache
 
@@ -49,11 +50,9 @@ def speed_level(cal: Calibration, data: TraceData) -> float | None:
     for i, s in enumerate(data.steps):
         if s.duration_s <= 0:
             continue
-        gap = cal.step_gap_s + sum(g * getattr(s, f) for f, g in cal.step_gap_per.items())
-        own = (step_prediction(cal.step, s, kv, sizes) - gap) * (1.0 + cal.cold_factor * (i in cold))
-        worker_s = sum(iv.fraction(s.t_s - s.duration_s, s.t_s) for iv in busy.values()) * s.duration_s
+        own = step_prediction(cal.step, s, kv, sizes) - cal.step_gap_before(s)
         measured += s.duration_s
-        modelled += own + cal.contention * worker_s
+        modelled += own * (1.0 + cal.cold_factor * (i in cold)) + cal.contention * worker_seconds(s, busy)
     return measured / modelled if modelled > 0 else None
 
 
