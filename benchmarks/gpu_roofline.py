@@ -1,6 +1,6 @@
 """Measure a full-size VLM decoder's step times on a GPU and fit the simulator's roofline to them.
 
-The simulator (``sim/cloud.py``) predicts a cloud server's decode-step and prefill times from a
+The simulator (``sim/core/cloud.py``) predicts a cloud server's decode-step and prefill times from a
 roofline: ``max(bytes / (bandwidth·η_bw), flops / (peak·η_c)) + overhead``. This script measures
 the same quantities on real hardware so the efficiencies are calibrated rather than guessed.
 
@@ -164,8 +164,8 @@ def compare(args: argparse.Namespace) -> int:
     """Print measured vs the simulator's roofline, and the efficiencies that fit best."""
     import numpy as np
 
-    from sim.cloud import Roofline, kv_bytes_per_token, weight_bytes
-    from sim.config import load_cloud_profile
+    from sim.core.cloud import Roofline, kv_bytes_per_token, weight_bytes
+    from sim.scenario.config import load_cloud_profile
 
     data = json.loads(Path(args.results).read_text())
     profile = load_cloud_profile(args.profile)

@@ -14,7 +14,7 @@ output and total token throughput, total/output, TTFT and ITL p50/p99 and the pr
 rate side by side, and the prefix/chat ratio of each (median of the per-round ratios, min–max).
 The tiny model's KV cache and 2 shared cores are not a GPU server: the *direction* is the point.
 
-**Part B — the simulator** (``sim/replicas_tp.py``, roofline cloud replicas):
+**Part B — the simulator** (``sim/experiments/replicas_tp.py``, roofline cloud replicas):
 
 1. prefix repetition vs chat on one A100 at the same rate, prefix caching on and off;
 2. bf16 vs 4-bit weights on an L4 (24 GB): weights, KV tokens, concurrency limit, TTFT, TPOT;
@@ -132,9 +132,9 @@ async def _real(args: argparse.Namespace) -> str:
 
 
 def _sim_prefix() -> str:
-    from sim.config import load_cloud_profile
-    from sim.deployment import BoxProfile, Deployment
-    from sim.replicas_tp import Layout, Slo, Traffic, simulate
+    from sim.experiments.replicas_tp import Layout, Slo, Traffic, simulate
+    from sim.scenario.config import load_cloud_profile
+    from sim.scenario.deployment import BoxProfile, Deployment
 
     a100 = load_cloud_profile("h100-qwen2-vl-7b")  # one GPU, Qwen2-VL-7B bf16
     rows = []
@@ -163,11 +163,11 @@ def _sim_prefix() -> str:
 
 
 def _sim_quant() -> str:
-    from sim.cloud import kv_capacity_tokens, max_concurrency, weight_bytes
-    from sim.config import load_cloud_profile
-    from sim.deployment import BoxProfile, Deployment
-    from sim.profiles import Dtype
-    from sim.replicas_tp import Layout, Slo, Traffic, simulate
+    from sim.core.cloud import kv_capacity_tokens, max_concurrency, weight_bytes
+    from sim.experiments.replicas_tp import Layout, Slo, Traffic, simulate
+    from sim.scenario.config import load_cloud_profile
+    from sim.scenario.deployment import BoxProfile, Deployment
+    from sim.scenario.profiles import Dtype
 
     awq = load_cloud_profile("l4-qwen2-vl-7b-awq")
     bf16 = replace(awq, model=replace(awq.model, weight_dtype=Dtype.BF16))
@@ -195,8 +195,8 @@ def _sim_quant() -> str:
 
 
 def _sim_crossover() -> str:
-    from sim.deployment import load_box_profile
-    from sim.replicas_tp import Slo, Traffic, answer
+    from sim.experiments.replicas_tp import Slo, Traffic, answer
+    from sim.scenario.deployment import load_box_profile
 
     parts = []
     for box_name, rate, factors in [("l40s-x4-pcie-qwen2-vl-7b", 4.0, (0.25, 0.5, 1, 1.5, 2, 3, 4, 5)),

@@ -11,8 +11,8 @@ The loop a user runs, end to end, on this machine:
    ``--high-load`` > 0.85).
    A fourth run repeats the calibration run on a fresh server: measured against measured, it
    shows how far the runtime moves between identical runs.
-3. **Calibrate** on the first trace only (:func:`sim.calibrate.calibrate_traces` → profile YAML).
-4. **Validate** on each held-out trace (:func:`sim.validate.validate`): measured vs simulated
+3. **Calibrate** on the first trace only (:func:`sim.fit.calibrate.calibrate_traces` → profile YAML).
+4. **Validate** on each held-out trace (:func:`sim.fit.validate.validate`): measured vs simulated
    TTFT/TPOT/ITL/E2E mean, p50, p90, p99, throughput, stages, stall, and CDF plots.
 
 Server and client are pinned with ``taskset`` (``--server-cpus``, ``--client-cpus``); the load
@@ -112,7 +112,7 @@ def main() -> int:
     # sizes on both sides of the JPEG downscale thresholds (4200x3150 decodes at 1/2), so the
     # decode and resize models can tell source pixels from decoded ones, and spanning the
     # held-out kinds' sizes (221-1260 image tokens, 0.17-13 MP sources), so that the validation
-    # interpolates between fitted sizes instead of extrapolating (sim.fitted_range)
+    # interpolates between fitted sizes instead of extrapolating (sim.scenario.fitted_range)
     p.add_argument("--calib-mix",
                    default="480x360:1,800x600:1,1280x800:1,2400x1800:1,4200x3150:1")
     p.add_argument("--calib-load", type=float, default=0.7)
@@ -159,9 +159,9 @@ def main() -> int:
 
     import yaml
 
-    from sim.calibrate import calibrate_traces, format_fits, read_traces, to_profile
-    from sim.speed_level import speed_level, with_speed_level
-    from sim.validate import (
+    from sim.fit.calibrate import calibrate_traces, format_fits, read_traces, to_profile
+    from sim.fit.speed_level import speed_level, with_speed_level
+    from sim.fit.validate import (
         Side,
         Validation,
         interval_text,

@@ -30,8 +30,8 @@ RUN = """
 import os, sys, time
 os.sched_setaffinity(0, {{{cpu}}})
 import sim.native
-from sim.config import load_scenario
-from sim.simulation import Simulation
+from sim.scenario.config import load_scenario
+from sim.core.simulation import Simulation
 sc = load_scenario(None, [("requests", {n}), ("duration_s", None)])
 c = time.process_time()
 Simulation(sc, trace_path={trace!r}).run()

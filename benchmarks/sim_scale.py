@@ -49,8 +49,8 @@ MIX = (("cam", 1000), ("kiosk", 200), ("phone", 300))  # the fleet scenario's cl
 
 def fleet_raw(devices: int, requests: int) -> dict[str, Any]:
     """The fleet scenario scaled to ``devices`` (class ratios kept), ``requests`` arrivals."""
-    from sim.config import SCENARIO_DIR, inline_profiles
-    from sim.schema import load_yaml
+    from sim.scenario.config import SCENARIO_DIR, inline_profiles
+    from sim.scenario.schema import load_yaml
 
     raw = inline_profiles(load_yaml(SCENARIO_DIR / "fleet.yaml"), SCENARIO_DIR)
     total = sum(n for _, n in MIX)
@@ -66,8 +66,8 @@ def fleet_raw(devices: int, requests: int) -> dict[str, Any]:
 def one(devices: int, requests: int, trace_dir: str | None) -> dict[str, Any]:
     """One run in this process (the child side): what the parent prints."""
     from sim import native
-    from sim.config import scenario_from_raw
-    from sim.simulation import Simulation
+    from sim.core.simulation import Simulation
+    from sim.scenario.config import scenario_from_raw
 
     base_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     trace = "/dev/null" if trace_dir is None else os.path.join(trace_dir, f"t{os.getpid()}.jsonl")
@@ -108,9 +108,9 @@ HEADER = (f"{'devices':>8} {'requests':>11} {'sim time s':>12} {'wall s':>8} {'c
 
 def sweep_specs(points: int, duration_s: float) -> list[Any]:
     """``points`` runs of the default scenario: rate × seeds, each independent."""
-    from sim.config import SCENARIO_DIR, inline_profiles
-    from sim.schema import load_yaml
-    from sim.sweep import specs_for
+    from sim.experiments.sweep import specs_for
+    from sim.scenario.config import SCENARIO_DIR, inline_profiles
+    from sim.scenario.schema import load_yaml
 
     raw = inline_profiles(load_yaml(SCENARIO_DIR / "default.yaml"), SCENARIO_DIR)
     raw["duration_s"] = duration_s
@@ -121,7 +121,7 @@ def sweep_specs(points: int, duration_s: float) -> list[Any]:
 
 
 def timed(specs: list[Any], cfg: Any) -> tuple[float, list[str]]:
-    from sim.distribute import run_all
+    from sim.experiments.distribute import run_all
 
     t0 = time.perf_counter()
     results = run_all(specs, cfg)
@@ -165,7 +165,7 @@ def stop_ray_head(proc: subprocess.Popen[bytes], tmp: str) -> None:
 
 
 def speedup(name: str, specs: list[Any], other: Any, rounds: int) -> None:
-    from sim.distribute import ExecConfig
+    from sim.experiments.distribute import ExecConfig
 
     ratios = []
     timed(specs[:2], ExecConfig())  # warm-up: imports, caches, Ray's workers
@@ -219,7 +219,7 @@ def main() -> int:
     if args.requests:
         for n in (1_000_000, 10_000_000) if args.ten_million else (1_000_000,):
             print_row(child(args.fixed_devices, n, args.trace_dir))
-    from sim.distribute import ExecConfig
+    from sim.experiments.distribute import ExecConfig
 
     if args.ray or args.pool:
         specs = sweep_specs(args.points, args.run_duration)

@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import simpy
 
 from sim import native
-from sim.config import load_scenario
-from sim.simulation import Simulation
+from sim.core.simulation import Simulation
+from sim.scenario.config import load_scenario
 
 CPU_TIME = False  # --cpu-time: measure this process's CPU time instead of wall time
 

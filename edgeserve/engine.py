@@ -261,7 +261,7 @@ class Engine:
         (:class:`~edgeserve.engine_memory.HybridLayout`), so blocks × block size overstated
         its tokens (111,744 for the tiny Qwen3.5, whose 97 blocks hold 16.17 requests of 4096 tokens: 66,218): the header then
         adds ``kv_attention_groups`` and ``kv_state_blocks_per_request``, from which a reader
-        turns vLLM's block usage into attention tokens (:mod:`sim.engine_kv`)."""
+        turns vLLM's block usage into attention tokens (:mod:`sim.fit.engine_kv`)."""
         vc = self._llm.vllm_config
         cache, sched = vc.cache_config, vc.scheduler_config
         blocks = cache.num_gpu_blocks or 0

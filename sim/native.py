@@ -3,13 +3,13 @@
 The simulator is pure Python. ``make`` (``python -m sim.native build``) additionally compiles its
 event-path modules (:data:`HOT`) with mypyc into ``build/sim-native/<interpreter>/sim/``, outside
 the source tree. When ``sim`` is imported, :func:`activate` puts that directory in front of the
-package's ``__path__`` — so ``import sim.device`` loads the compiled module — only if the build is
+package's ``__path__`` — so ``import sim.core.device`` loads the compiled module — only if the build is
 *fresh*: its manifest records a SHA-256 over every ``sim/**/*.py`` file and
 ``edgeserve/records.py`` exactly as they were compiled, and that must equal the same hash of the
 sources on disk now. Any edit anywhere in ``sim/`` (or the record schema) makes the build stale:
 the import falls back to pure Python with a one-line warning on stderr, never to compiled code of
 older sources. ``EDGESERVE_SIM_PURE=1`` forces pure Python. ``sim.native.ACTIVE`` says which path
-was taken (``sim.device.__file__`` shows it as well).
+was taken (``sim.core.device.__file__`` shows it as well).
 
     make sim-native                                      # compile (skipped when fresh)
     python -c 'import sim.native as n; n.main()' status  # fresh / stale / absent, and where
@@ -31,20 +31,23 @@ import tempfile
 from pathlib import Path
 
 #: the compiled modules (the per-event path); every other module of ``sim`` stays interpreted
-HOT = (
-    "loop",
-    "job",
-    "batching",
-    "step_engine",
-    "device",
-    "cloud",
-    "network",
-    "service",
-    "thermal",
-    "stats",
-    "workload",
-    "simulation",
-    "policies",
+HOT = tuple(
+    f"core.{m}"
+    for m in (
+        "loop",
+        "job",
+        "batching",
+        "step_engine",
+        "device",
+        "cloud",
+        "network",
+        "service",
+        "thermal",
+        "stats",
+        "workload",
+        "simulation",
+        "policies",
+    )
 )
 ENV_PURE = "EDGESERVE_SIM_PURE"
 PKG = Path(__file__).resolve().parent  # .../sim
@@ -65,14 +68,23 @@ def source_files(root: Path = ROOT) -> list[Path]:
     return [*files, root / "edgeserve" / "records.py"]
 
 
-def fingerprint(root: Path = ROOT) -> str:
-    """SHA-256 over the interpreter's version and the relative paths and bytes of the sources."""
-    h = hashlib.sha256(f"{sys.version}|{sysconfig.get_platform()}\n".encode())
+def _hash_sources(h: hashlib._Hash, root: Path) -> str:
     for f in source_files(root):
         h.update(f.relative_to(root).as_posix().encode() + b"\0")
         h.update(f.read_bytes())
         h.update(b"\0")
     return h.hexdigest()
+
+
+def fingerprint(root: Path = ROOT) -> str:
+    """SHA-256 over the interpreter's version and the relative paths and bytes of the sources."""
+    return _hash_sources(hashlib.sha256(f"{sys.version}|{sysconfig.get_platform()}\n".encode()), root)
+
+
+def source_fingerprint(root: Path = ROOT) -> str:
+    """SHA-256 over the relative paths and bytes of the sources alone (not the interpreter): equal
+    on every machine that runs the same simulator code."""
+    return _hash_sources(hashlib.sha256(), root)
 
 
 def status(root: Path = ROOT) -> tuple[str, Path]:
@@ -106,7 +118,17 @@ def activate(path: list[str], root: Path = ROOT) -> bool:
     if state != "fresh":
         return False
     path.insert(0, str(d / "sim"))
+    global ACTIVE
+    ACTIVE = True
     return True
+
+
+def follow(path: list[str], package: str, root: Path = ROOT) -> None:
+    """Put the build's folder of the subpackage ``package`` (``"sim.core"``) in front of its
+    ``path`` when :func:`activate` switched the package to the compiled modules (called by the
+    subpackage's ``__init__.py``: a subpackage's modules are looked up in its own ``__path__``)."""
+    if ACTIVE:
+        path.insert(0, str(build_dir(root).joinpath(*package.split("."))))
 
 
 # ---- building ------------------------------------------------------------------------------
@@ -117,17 +139,17 @@ from mypyc.build import mypycify
 hot = sys.argv[1].split(",")
 exts = mypycify(["--ignore-missing-imports", "--python-version",
                  f"{sys.version_info[0]}.{sys.version_info[1]}",
-                 *(f"sim/{m}.py" for m in hot)], group_name="sim.native_group", opt_level="3")
+                 *(f"sim/{m.replace('.', '/')}.py" for m in hot)], group_name="sim.native_group", opt_level="3")
 setup(name="edgeserve-sim-native", ext_modules=exts,
       script_args=["build_ext", "--build-lib", sys.argv[2], "--build-temp", sys.argv[3]])
 """
 
 _SMOKE = """
 import sim, sim.native
-from sim.config import load_scenario
-from sim.simulation import Simulation
-import sim.device
-assert sim.native.ACTIVE and sim.device.__file__.endswith(sim.native.EXT), sim.device.__file__
+from sim.scenario.config import load_scenario
+from sim.core.simulation import Simulation
+import sim.core.device
+assert sim.native.ACTIVE and sim.core.device.__file__.endswith(sim.native.EXT), sim.core.device.__file__
 Simulation(load_scenario(None, [("requests", 2000), ("duration_s", None)])).run()
 """
 
@@ -169,7 +191,7 @@ def build(root: Path = ROOT, force: bool = False, quiet: bool = True) -> Path:
             if state == "stale":  # of no use any more: pure Python from now on, without warnings
                 shutil.rmtree(final, ignore_errors=True)
             raise
-        built = sorted(p.name for p in (out / "sim").iterdir())
+        built = sorted(p.relative_to(out / "sim").as_posix() for p in (out / "sim").rglob("*") if p.is_file())
         (out / "manifest.json").write_text(
             json.dumps(
                 {"fingerprint": fp, "modules": list(HOT), "files": built, "python": sys.version},

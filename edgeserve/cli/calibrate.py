@@ -3,7 +3,7 @@
 Reads the request records of runtime traces (``edgeserve serve --trace``) and fits the per-stage
 service-time models of a device profile: image decode, resize and normalize against source and
 target pixels, encode against image tokens, prefill against prompt tokens, and the decode-step
-time against the number of requests decoding at once (see :mod:`sim.calibrate`). Where the trace
+time against the number of requests decoding at once (see :mod:`sim.fit.calibrate`). Where the trace
 holds the engine's per-step records, the engine's step-time model (``llm.step``: seconds per step
 against prefill, decode, context and encoder tokens) is fitted from them, and the engine's limits
 (max_num_seqs, token budget, KV tokens) and the number of preprocessing workers are taken from the
@@ -18,7 +18,7 @@ simulated TTFT, TPOT, ITL and E2E (mean, p50, p90, p99), throughput, per-stage m
 fraction with relative errors, each measured latency figure beside its own 95 % interval (a block
 bootstrap over 10 s of arrivals: could another run of the same load have shown the simulated
 figure?) (``--pool``: the traces as repeated runs of one kind, compared as one); with ``--out-dir`` it writes the table as JSON and the
-measured-vs-simulated CDFs as PNG (see :mod:`sim.validate`).
+measured-vs-simulated CDFs as PNG (see :mod:`sim.fit.validate`).
 """
 
 from __future__ import annotations
@@ -59,10 +59,10 @@ def run(args: argparse.Namespace) -> int:
     import yaml
 
     from edgeserve.records import TraceError
-    from sim.calibrate import calibrate_traces, format_fits, read_traces, to_profile
-    from sim.config import resolve_profile_path
-    from sim.profiles import DeviceProfile
-    from sim.schema import ConfigError, build, load_yaml
+    from sim.fit.calibrate import calibrate_traces, format_fits, read_traces, to_profile
+    from sim.scenario.config import resolve_profile_path
+    from sim.scenario.profiles import DeviceProfile
+    from sim.scenario.schema import ConfigError, build, load_yaml
 
     try:
         for t in args.traces:
@@ -90,9 +90,10 @@ def run_validate(paths: list[Path], out_dir: Path | None, seeds: int = 5,
     import json
 
     from edgeserve.records import TraceError
-    from sim.config import resolve_profile_path
-    from sim.schema import ConfigError, load_yaml
-    from sim.validate import plot_cdfs, validate, validate_runs
+    from sim.experiments.plots import validation_cdfs
+    from sim.fit.validate import validate, validate_runs
+    from sim.scenario.config import resolve_profile_path
+    from sim.scenario.schema import ConfigError, load_yaml
 
     if len(paths) < 2:
         print("edgeserve calibrate validate: give PROFILE and at least one HELDOUT trace",
@@ -120,6 +121,6 @@ def run_validate(paths: list[Path], out_dir: Path | None, seeds: int = 5,
         (out_dir / "validation.json").write_text(
             json.dumps([v.as_dict() for v in results], indent=1))
         for v in results:
-            plot_cdfs(v, out_dir / ("cdf_pooled.png" if pool else f"cdf_{Path(v.trace).stem}.png"))
+            validation_cdfs(v, out_dir / ("cdf_pooled.png" if pool else f"cdf_{Path(v.trace).stem}.png"))
         print(f"wrote {out_dir / 'validation.json'} and the CDF plots")
     return 0

@@ -13,7 +13,7 @@ Subcommands:
                          or TP: ``--param cloud[0].deployment.tp_size=1,2,4`` (scenario
                          ``replicas-tp``).
 * ``replicas-tp``        replicas or tensor parallelism for a box's GPUs at a rate and SLO
-                         (``sim/replicas_tp.py``); table, verdict, JSON and a plot.
+                         (``sim/experiments/replicas_tp.py``); table, verdict, JSON and a plot.
 * ``profiles`` / ``policies``  list what ships.
 
 SCENARIO is a YAML file or the name of a built-in scenario. ``--set KEY.PATH=VALUE`` overrides
@@ -105,11 +105,11 @@ def add_parser(subparsers: Any, help_: str) -> None:
     sw.set_defaults(func=_sweep)
 
     rtp = sub.add_parser("replicas-tp", help="replicas or tensor parallelism? every layout of "
-                         "a box's GPUs at a rate and SLO (sim/replicas_tp.py)",
+                         "a box's GPUs at a rate and SLO (sim/experiments/replicas_tp.py)",
                          description="Simulate N GPUs of a box as N/tp replicas of tp GPUs "
                          "(tp = 1, 2, 4, …) at rates around --rate; say which layouts meet the "
                          "SLO (TTFT p99, TPOT p99) and which is best at --rate. The model: "
-                         "sim/replicas_tp.py and docs/sim.md.")
+                         "sim/experiments/replicas_tp.py and docs/sim.md.")
     _replicas_tp_args(rtp)
     rtp.set_defaults(func=_replicas_tp)
 
@@ -125,7 +125,7 @@ def _error(msg: str) -> int:
 
 
 def _overrides(args: argparse.Namespace) -> list[tuple[str, Any]]:
-    from sim.config import parse_override
+    from sim.scenario.config import parse_override
 
     ov = [parse_override(o) for o in args.overrides]
     if args.requests is not None:
@@ -145,7 +145,7 @@ def _guard(fn: Any) -> Any:
     """Turn user errors (bad scenario, missing file, no ray) into one-line messages."""
 
     def wrapped(args: argparse.Namespace) -> int:
-        from sim.schema import ConfigError
+        from sim.scenario.schema import ConfigError
 
         try:
             return int(fn(args))
@@ -157,8 +157,9 @@ def _guard(fn: Any) -> Any:
 
 @_guard
 def _run(args: argparse.Namespace) -> int:
-    from sim.report import format_summary
-    from sim.runner import RunSpec, load_raw, run_spec
+    from sim.core.report import format_summary
+    from sim.experiments.runner import RunSpec, run_spec
+    from sim.scenario.config import load_raw
 
     raw, _ = load_raw(args.scenario)
     trace = args.trace
@@ -166,8 +167,8 @@ def _run(args: argparse.Namespace) -> int:
         trace = args.out / "trace.jsonl"
     spec = RunSpec(raw=raw, policy=args.policy, seed=args.seed, overrides=_overrides(args),
                    trace_path=None if trace is None else str(trace))
-    from sim.config import scenario_from_raw
-    from sim.fitted_range import scenario_notes
+    from sim.fit.scenario_notes import scenario_notes
+    from sim.scenario.config import scenario_from_raw
 
     scenario = scenario_from_raw(raw, None, spec.overrides)  # validate before starting
     for note in scenario_notes(scenario):  # a calibrated profile asked for sizes it never saw
@@ -183,7 +184,7 @@ def _run(args: argparse.Namespace) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "summary.json").write_text(json.dumps(s.to_dict(), indent=2, default=str))
         if args.plots:
-            from sim.plots import all_plots
+            from sim.experiments.plots import all_plots
 
             for p in all_plots([result], args.out):
                 print(f"wrote {p}")
@@ -194,9 +195,9 @@ def _run(args: argparse.Namespace) -> int:
 
 @_guard
 def _compare(args: argparse.Namespace) -> int:
-    from sim.compare import compare, format_comparison
-    from sim.policies import POLICIES
-    from sim.runner import load_raw
+    from sim.core.policies import POLICIES
+    from sim.experiments.compare import compare, format_comparison
+    from sim.scenario.config import load_raw
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICIES]
@@ -206,7 +207,7 @@ def _compare(args: argparse.Namespace) -> int:
         return _error("--seeds must be >= 1")
     raw, _ = load_raw(args.scenario)
     ov = _overrides(args)
-    from sim.config import scenario_from_raw
+    from sim.scenario.config import scenario_from_raw
 
     scenario_from_raw(raw, None, ov)
     trace_dir = None
@@ -224,7 +225,7 @@ def _compare(args: argparse.Namespace) -> int:
             [{"label": r.spec_label, "summary": r.summary.to_dict()} for r in results],
             indent=2, default=str))
         if args.plots:
-            from sim.plots import all_plots
+            from sim.experiments.plots import all_plots
 
             for p in all_plots(results, args.out):
                 print(f"wrote {p}")
@@ -233,9 +234,8 @@ def _compare(args: argparse.Namespace) -> int:
 
 @_guard
 def _sweep(args: argparse.Namespace) -> int:
-    from sim.distribute import ExecConfig, import_ray
-    from sim.runner import load_raw
-    from sim.sweep import (
+    from sim.experiments.distribute import ExecConfig, import_ray
+    from sim.experiments.sweep import (
         format_sweep,
         parse_axis,
         rows,
@@ -244,7 +244,8 @@ def _sweep(args: argparse.Namespace) -> int:
         verdict,
         write_csv,
     )
-    from sim.sweep_store import FILE_NAME
+    from sim.experiments.sweep_store import FILE_NAME
+    from sim.scenario.config import load_raw
 
     if not args.param:
         return _error("give at least one --param KEY=V1,V2,…")
@@ -253,7 +254,7 @@ def _sweep(args: argparse.Namespace) -> int:
     axes = [parse_axis(p) for p in args.param]
     policies: list[str | None] = [p.strip() for p in args.policies.split(",") if p.strip()] or [None]
     raw, _ = load_raw(args.scenario)
-    from sim.config import set_path
+    from sim.scenario.config import set_path
 
     for key, value in _overrides(args):
         set_path(raw, key, value)
@@ -281,7 +282,7 @@ def _sweep(args: argparse.Namespace) -> int:
         write_csv(args.out / "sweep.csv", data)
         print(f"wrote {args.out / 'sweep.csv'}")
         if args.plots:
-            from sim.plots import latency_cdf, sweep_lines
+            from sim.experiments.plots import latency_cdf, sweep_lines
 
             print(f"wrote {latency_cdf(run.results, args.out / 'latency_cdf.png', key='policy')}")
             print(f"wrote {sweep_lines(data, x_key, args.out / 'sweep.png')}")
@@ -289,21 +290,21 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _replicas_tp_args(p: argparse.ArgumentParser) -> None:
-    from sim.replicas_tp import add_arguments
+    from sim.experiments.replicas_tp import add_arguments
 
     add_arguments(p)
 
 
 def _replicas_tp(args: argparse.Namespace) -> int:
-    from sim.replicas_tp import run_cli
+    from sim.experiments.replicas_tp import run_cli
 
     return run_cli(args)
 
 
 def _profiles(args: argparse.Namespace) -> int:
-    from sim.config import PROFILE_DIR, available_profiles
-    from sim.deployment import BOX_DIR
-    from sim.schema import load_yaml
+    from sim.scenario.config import PROFILE_DIR, available_profiles
+    from sim.scenario.deployment import BOX_DIR
+    from sim.scenario.schema import load_yaml
 
     paths = [PROFILE_DIR / f"{name}.yaml" for name in available_profiles()]
     boxes = sorted(BOX_DIR.glob("*.yaml"))  # cloud profiles with a deployment: section
@@ -317,7 +318,7 @@ def _profiles(args: argparse.Namespace) -> int:
 
 
 def _policies(args: argparse.Namespace) -> int:
-    from sim.policies import describe
+    from sim.core.policies import describe
 
     for name, doc in describe():
         print(f"{name:18s} {doc}")

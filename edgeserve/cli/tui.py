@@ -128,8 +128,8 @@ def _check(args: argparse.Namespace) -> str | None:
         return f"trace not found: {args.replay}"
     if args.sim is not None:
         # load the scenario before the screen switches, so a bad one reads as a plain message
-        from sim.config import load_scenario, parse_override
-        from sim.schema import ConfigError
+        from sim.scenario.config import load_scenario, parse_override
+        from sim.scenario.schema import ConfigError
 
         try:
             load_scenario(args.sim or None, [parse_override(o) for o in args.overrides])

@@ -211,7 +211,7 @@ def test_qwen3_5_trace_header_gives_the_kv_capacity_vllm_reports(
 ) -> None:
     """``kv_cache_tokens`` is vLLM's "KV cache size: N tokens" (16.17 requests × 4096 =
     66,218), not blocks × block size (97 × 1152 = 111,744, which counted the state blocks as
-    tokens); the header names the pool and the layout a reader needs (sim.engine_kv)."""
+    tokens); the header names the pool and the layout a reader needs (sim.fit.engine_kv)."""
     model, srv, trace = qwen3_5_server
     srv.stop()  # closes the trace
     header = next(records.read_trace(trace))

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sim.config import Scenario, scenario_from_raw
+from sim.scenario.config import Scenario, scenario_from_raw
 
 ZERO: dict[str, Any] = {"kind": "deterministic", "base_s": 0.0}
 
@@ -45,8 +45,8 @@ def queue_scenario(kind: str, arrival_hz: float, service_s: float, requests: int
 
 def small_fleet(**overrides: Any) -> dict[str, Any]:
     """The built-in default scenario as a raw mapping, shortened for tests."""
-    from sim.config import SCENARIO_DIR, inline_profiles
-    from sim.schema import load_yaml
+    from sim.scenario.config import SCENARIO_DIR, inline_profiles
+    from sim.scenario.schema import load_yaml
 
     raw = inline_profiles(load_yaml(SCENARIO_DIR / "default.yaml"), SCENARIO_DIR)
     raw["duration_s"] = 600

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from edgeserve.records import Outcome, RequestRecord
-from sim.config import load_scenario, scenario_from_raw
-from sim.schema import ConfigError
-from sim.simulation import Simulation
+from sim.core.simulation import Simulation
+from sim.scenario.config import load_scenario, scenario_from_raw
+from sim.scenario.schema import ConfigError
 from tests.sim.test_shared_cores import Server, server_profile
 
 LIMITS = {"max_pending": 8, "max_inflight": 8, "max_engine_queue": 8}

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from edgeserve.records import RequestRecord
-from sim.batching import BatchEngine, StepModel
-from sim.job import Job
-from sim.loop import EventLoop
+from sim.core.batching import BatchEngine, StepModel
+from sim.core.job import Job
+from sim.core.loop import EventLoop
 
 
 class Model(StepModel):

@@ -1,11 +1,11 @@
-"""The measured side's own interval: a block bootstrap over arrival time (``sim.bootstrap``)."""
+"""The measured side's own interval: a block bootstrap over arrival time (``sim.fit.bootstrap``)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from sim.bootstrap import block_ids, block_intervals
+from sim.fit.bootstrap import block_ids, block_intervals
 
 
 def mean_of(x: np.ndarray) -> list[float]:

@@ -13,11 +13,11 @@ import pytest
 import yaml
 
 from edgeserve.cli.main import main
-from sim.calibrate import calibrate, read_records
-from sim.config import scenario_from_raw
-from sim.profiles import DeviceProfile
-from sim.schema import build
-from sim.simulation import Simulation
+from sim.core.simulation import Simulation
+from sim.fit.calibrate import calibrate, read_records
+from sim.scenario.config import scenario_from_raw
+from sim.scenario.profiles import DeviceProfile
+from sim.scenario.schema import build
 
 TRUTH: dict[str, dict[str, Any]] = {
     # the 4000×3000 photos decode at 1/2 scale (3 MP): that separates source and decoded pixels
@@ -95,9 +95,9 @@ def test_cli_rejects_a_missing_trace(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 def test_a_trace_without_an_encoder_gives_a_profile_without_one(tmp_path: Path) -> None:
-    from sim.calibrate import to_profile
-    from sim.config import PROFILE_DIR
-    from sim.schema import load_yaml
+    from sim.fit.calibrate import to_profile
+    from sim.scenario.config import PROFILE_DIR
+    from sim.scenario.schema import load_yaml
 
     trace = tmp_path / "t.jsonl"
     truth_trace(trace, "deterministic", requests=300)

@@ -21,11 +21,11 @@ import yaml
 
 from edgeserve.cli.main import main
 from edgeserve.records import Outcome, RequestRecord, TraceHeader, TraceWriter, read_trace
-from sim.calibrate import calibrate_traces, fit_worker_encode, read_traces, to_profile
-from sim.config import scenario_from_raw
-from sim.profiles import DeviceProfile
-from sim.schema import build
-from sim.simulation import Simulation
+from sim.core.simulation import Simulation
+from sim.fit.calibrate import calibrate_traces, fit_worker_encode, read_traces, to_profile
+from sim.scenario.config import scenario_from_raw
+from sim.scenario.profiles import DeviceProfile
+from sim.scenario.schema import build
 
 DATA = Path(__file__).parent / "data"
 TRACE = DATA / "calib_onnx.jsonl"

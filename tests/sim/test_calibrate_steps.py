@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from edgeserve.records import EngineStep, Outcome, RequestRecord, TraceHeader, TraceWriter
-from sim.calibrate import (
+from sim.fit.calibrate import (
     calibrate_traces,
     cold_shape_factor,
     cold_steps,

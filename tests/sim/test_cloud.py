@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from sim.cloud import (
+from sim.core.cloud import (
     Roofline,
     kv_bytes_per_token,
     kv_capacity_tokens,
     max_concurrency,
     weight_bytes,
 )
-from sim.config import load_cloud_profile
-from sim.profiles import CloudProfile, Dtype, GpuConfig, ModelShape, ServerConfig
+from sim.scenario.config import load_cloud_profile
+from sim.scenario.profiles import CloudProfile, Dtype, GpuConfig, ModelShape, ServerConfig
 
 # Llama-2-7B: 32 layers, 32 KV heads (no GQA), head_dim 128, 6.74 B parameters
 LLAMA2_7B = ModelShape(name="llama-2-7b", params_b=6.74, layers=32, kv_heads=32, head_dim=128)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from edgeserve.records import RequestRecord
-from sim.cloud import CloudServer, Roofline, kv_bytes_per_token, kv_capacity_tokens
-from sim.deployment import Deployment, Interconnect, InterconnectKind, load_box_profile
-from sim.job import Job
-from sim.loop import EventLoop
-from sim.profiles import CloudProfile, Dtype, GpuConfig, ModelShape, ServerConfig
+from sim.core.cloud import CloudServer, Roofline, kv_bytes_per_token, kv_capacity_tokens
+from sim.core.job import Job
+from sim.core.loop import EventLoop
+from sim.scenario.deployment import Deployment, Interconnect, InterconnectKind, load_box_profile
+from sim.scenario.profiles import CloudProfile, Dtype, GpuConfig, ModelShape, ServerConfig
 
 # A toy replica with round numbers: 1 GB of bf16 weights read in 1 ms, 1 ms of compute per token,
 # 1024 KV bytes per token, room for 1000 tokens of KV (and half a token)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.config import (
+from sim.scenario.config import (
     SCENARIO_DIR,
     available_profiles,
     load_cloud_profile,
@@ -15,7 +15,7 @@ from sim.config import (
     parse_override,
     scenario_from_raw,
 )
-from sim.schema import ConfigError
+from sim.scenario.schema import ConfigError
 
 
 def test_every_shipped_profile_loads_and_documents_sources_and_assumptions() -> None:

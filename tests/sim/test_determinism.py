@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from edgeserve.records import RequestRecord, read_trace
-from sim.config import scenario_from_raw
-from sim.simulation import Simulation
+from sim.core.simulation import Simulation
+from sim.scenario.config import scenario_from_raw
 
 
 def arrivals(path: Path) -> list[tuple[Any, ...]]:

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from edgeserve.records import DeviceSample, Outcome, RequestRecord
-from sim.cloud import Roofline
-from sim.config import load_cloud_profile, scenario_from_raw
-from sim.simulation import Simulation
+from sim.core.cloud import Roofline
+from sim.core.simulation import Simulation
+from sim.scenario.config import load_cloud_profile, scenario_from_raw
 from tests.sim.conftest import one_core_profile
 
 
@@ -169,7 +169,7 @@ def test_power_allocator_holds_the_control_temperature() -> None:
 
 
 def test_model_downgrade_moves_queued_requests_to_the_smaller_model() -> None:
-    from sim.config import load_device_profile  # noqa: F401  (the shipped profile has 'small')
+    from sim.scenario.config import load_device_profile  # noqa: F401  (the shipped profile has 'small')
 
     raw: dict[str, Any] = {
         "name": "t", "seed": 1, "duration_s": 600,
@@ -189,7 +189,7 @@ def test_model_downgrade_moves_queued_requests_to_the_smaller_model() -> None:
 
 
 def test_a_policy_naming_a_missing_model_is_a_clear_error() -> None:
-    from sim.schema import ConfigError
+    from sim.scenario.schema import ConfigError
 
     sim = one_device(one_core_profile(), {"rate_hz": 5.0},
                      {"kind": "model_downgrade", "params": {"queue_above": 0}}, requests=3)

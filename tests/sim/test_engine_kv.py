@@ -1,4 +1,4 @@
-"""The trace header's KV cache read back (sim.engine_kv) and what the calibrator makes of it.
+"""The trace header's KV cache read back (sim.fit.engine_kv) and what the calibrator makes of it.
 
 Specification: for a model with a KV cache in every layer a step's context is ``kv_cache_usage ×
 kv_cache_tokens``, as before; for a hybrid model (the tiny Qwen3.5: 97 blocks of 1152 tokens,
@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from edgeserve.records import EngineStep, Outcome, RequestRecord, TraceHeader, TraceWriter
-from sim.calibrate import calibrate_traces, fit_steps, read_traces, to_profile
-from sim.engine_kv import HybridKV, context_tokens, kv_cache
+from sim.fit.calibrate import calibrate_traces, fit_steps, read_traces, to_profile
+from sim.fit.engine_kv import HybridKV, context_tokens, kv_cache
 
 # meta.engine as `edgeserve serve --model models/tiny-qwen3.5` writes it
 QWEN3_5 = {"max_num_seqs": 16, "max_num_batched_tokens": 4096, "max_model_len": 4096,

@@ -15,9 +15,9 @@ import yaml
 
 from edgeserve.cli.main import main
 from edgeserve.records import Outcome, RequestRecord, read_trace
-from sim.config import load_device_profile
-from sim.fitted_range import FittedRange
-from sim.schema import ConfigError, build
+from sim.scenario.config import load_device_profile
+from sim.scenario.fitted_range import FittedRange
+from sim.scenario.schema import ConfigError, build
 
 DATA = Path(__file__).parent / "data"
 

@@ -12,11 +12,11 @@ import pytest
 
 from edgeserve.cli.main import main
 from edgeserve.records import RequestRecord, read_trace
-from sim.config import PER_DEVICE_AUTO_MAX, inline_profiles, scenario_from_raw
-from sim.fleet import instances
-from sim.report import DeviceSummary, Summary
-from sim.schema import ConfigError
-from sim.simulation import Simulation
+from sim.core.fleet import instances
+from sim.core.report import DeviceSummary, Summary
+from sim.core.simulation import Simulation
+from sim.scenario.config import PER_DEVICE_AUTO_MAX, inline_profiles, scenario_from_raw
+from sim.scenario.schema import ConfigError
 
 COUNTS = ("requests", "ok", "failed", "dropped", "rejected")
 

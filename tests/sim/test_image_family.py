@@ -14,9 +14,9 @@ import pytest
 
 import mm_preproc
 from mm_preproc.spec import PRESETS, Family
-from sim.config import ImageConfig, ImageSize, scenario_from_raw
-from sim.schema import ConfigError
-from sim.workload import ImageGeometry
+from sim.core.workload import ImageGeometry
+from sim.scenario.config import ImageConfig, ImageSize, scenario_from_raw
+from sim.scenario.schema import ConfigError
 
 
 @pytest.mark.parametrize(("family", "target", "tokens"), [

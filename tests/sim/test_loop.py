@@ -6,7 +6,7 @@ import math
 import random
 from typing import Any
 
-from sim.loop import EventLoop
+from sim.core.loop import EventLoop
 
 
 def test_simpy_processes_and_callbacks_see_the_same_clock() -> None:

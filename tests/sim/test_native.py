@@ -19,12 +19,12 @@ ROOT = Path(__file__).resolve().parents[2]
 # Prints which path ran and writes the trace of a short run of the default scenario.
 _RUN = """
 import sys
-import sim.native, sim.device
-from sim.config import load_scenario
-from sim.simulation import Simulation
+import sim.native, sim.core.device
+from sim.scenario.config import load_scenario
+from sim.core.simulation import Simulation
 sc = load_scenario({scenario!r}, [("requests", 6000), ("duration_s", None), *{sets!r}])
 Simulation(sc, policy={policy!r}, trace_path=sys.argv[1]).run()
-print("compiled" if sim.device.__file__.endswith(sim.native.EXT) else "pure", sim.native.ACTIVE)
+print("compiled" if sim.core.device.__file__.endswith(sim.native.EXT) else "pure", sim.native.ACTIVE)
 """
 
 
@@ -58,7 +58,7 @@ def _import_device(root: Path, **env: str) -> subprocess.CompletedProcess[str]:
         [
             sys.executable,
             "-c",
-            "import sim.device, sim.native; print(sim.native.ACTIVE, sim.device.__file__)",
+            "import sim.core.device, sim.native; print(sim.native.ACTIVE, sim.core.device.__file__)",
         ],
         cwd=root,
         env=_env(**env),
@@ -99,7 +99,7 @@ def test_guard_states_and_activation(
 
 
 def test_import_uses_a_fresh_build_and_never_a_stale_one(tmp_path: Path) -> None:
-    """Real imports in fresh interpreters: a fresh build is what ``import sim.device`` loads (the
+    """Real imports in fresh interpreters: a fresh build is what ``import sim.core.device`` loads (the
     garbage module fails the import), an edit turns it into a warning and the pure source."""
     _copy_sources(tmp_path)
     _fake_build(tmp_path)
@@ -129,7 +129,7 @@ def compiled_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-# vLLM V1 step engines (sim/step_engine.py) on the Jetsons and the cloud GPU, with step noise
+# vLLM V1 step engines (sim/core/step_engine.py) on the Jetsons and the cloud GPU, with step noise
 _STEP = {"base_s": 0.018, "cv": 0.1, "max_num_seqs": 8,
          "per": {"prefill_tokens": 6e-4, "decode_tokens": 0.002, "context_tokens": 2e-7}}
 _STEPS = [("devices[0].profile.llm.step", _STEP),

@@ -9,10 +9,9 @@ from typing import ClassVar
 import pytest
 
 from edgeserve.records import RequestRecord
-from sim.config import PolicyConfig, scenario_from_raw
-from sim.device import Device
-from sim.job import Job
-from sim.policies import (
+from sim.core.device import Device
+from sim.core.job import Job
+from sim.core.policies import (
     CLOUD,
     LOCAL,
     POLICIES,
@@ -24,8 +23,9 @@ from sim.policies import (
     make_policy,
     register,
 )
-from sim.schema import ConfigError
-from sim.simulation import Simulation
+from sim.core.simulation import Simulation
+from sim.scenario.config import PolicyConfig, scenario_from_raw
+from sim.scenario.schema import ConfigError
 from tests.sim.conftest import small_fleet
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import itertools
 
 from edgeserve.records import RequestRecord
-from sim.config import scenario_from_raw
-from sim.simulation import Simulation
+from sim.core.simulation import Simulation
+from sim.scenario.config import scenario_from_raw
 from tests.sim.conftest import queue_scenario
 
 MU = 1.0  # services per second

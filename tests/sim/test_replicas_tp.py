@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from edgeserve.cli.main import main
-from sim.cloud import Roofline
-from sim.deployment import BoxProfile, load_box_profile
-from sim.replicas_tp import Layout, Slo, Traffic, answer, layouts, simulate
+from sim.core.cloud import Roofline
+from sim.experiments.replicas_tp import Layout, Slo, Traffic, answer, layouts, simulate
+from sim.scenario.deployment import BoxProfile, load_box_profile
 
 PCIE_BOX = "l40s-x4-pcie-qwen2-vl-7b"
 NVLINK_BOX = "a100-x8-nvlink-qwen2-vl-7b"

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from edgeserve.records import RequestRecord, TraceHeader, TraceWriter, read_trace
-from sim.config import PrefixConfig, WorkloadConfig, scenario_from_raw
-from sim.schema import ConfigError
-from sim.simulation import Simulation
-from sim.workload import arrivals
+from sim.core.simulation import Simulation
+from sim.core.workload import arrivals
+from sim.scenario.config import PrefixConfig, WorkloadConfig, scenario_from_raw
+from sim.scenario.schema import ConfigError
 
 # The toy replica of test_cloud_deployment: 1 ms of compute per prompt token, room for 1000 KV
 # tokens; the link has no latency to speak of, so the server's times are round numbers

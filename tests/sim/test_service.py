@@ -7,11 +7,11 @@ import statistics
 import pytest
 
 from edgeserve.records import RequestRecord
-from sim.batching import BatchEngine, StepModel
-from sim.job import Job
-from sim.loop import EventLoop
-from sim.profiles import ServiceKind, ServiceModelConfig
-from sim.service import Draws, ServiceTime
+from sim.core.batching import BatchEngine, StepModel
+from sim.core.job import Job
+from sim.core.loop import EventLoop
+from sim.core.service import Draws, ServiceTime
+from sim.scenario.profiles import ServiceKind, ServiceModelConfig
 
 
 def features() -> Job:

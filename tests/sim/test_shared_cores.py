@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 
 from edgeserve.records import Outcome, RequestRecord
-from sim.config import LinkConfig, load_scenario
-from sim.device import Device
-from sim.job import Job
-from sim.loop import EventLoop
-from sim.profiles import DeviceProfile
-from sim.schema import ConfigError, build
-from sim.step_engine import Step
+from sim.core.device import Device
+from sim.core.job import Job
+from sim.core.loop import EventLoop
+from sim.core.step_engine import Step
+from sim.scenario.config import LinkConfig, load_scenario
+from sim.scenario.profiles import DeviceProfile
+from sim.scenario.schema import ConfigError, build
 
 ZERO: dict[str, Any] = {"kind": "deterministic", "base_s": 0.0}
 

@@ -1,4 +1,4 @@
-"""A server's speed level (``sim/speed_level.py``): measured from its steps against the step
+"""A server's speed level (``sim/fit/speed_level.py``): measured from its steps against the step
 model, and replayed as a scaled step model — the oracle that tells the server's level from the
 model's error in ``benchmarks/sim_fidelity.py``."""
 
@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from edgeserve.records import EngineStep
-from sim.calibrate import (
+from sim.fit.calibrate import (
     Calibration,
     StageFit,
     TraceData,
@@ -19,8 +19,8 @@ from sim.calibrate import (
     step_prediction,
     to_profile,
 )
-from sim.speed_level import speed_level, with_speed_level
-from sim.validate import validate_runs
+from sim.fit.speed_level import speed_level, with_speed_level
+from sim.fit.validate import validate_runs
 
 DATA = Path(__file__).parent / "data"
 

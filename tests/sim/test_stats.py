@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 
 from edgeserve.records import DeviceSample, RequestRecord
-from sim.config import scenario_from_raw
-from sim.simulation import Simulation
-from sim.stats import DeviceStats, Histogram, Series, StatsCollector
+from sim.core.simulation import Simulation
+from sim.core.stats import DeviceStats, Histogram, Series, StatsCollector
+from sim.scenario.config import scenario_from_raw
 from tests.sim.conftest import small_fleet
 
 

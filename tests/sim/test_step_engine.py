@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 
 from edgeserve.records import Outcome, RequestRecord
-from sim.batching import BatchEngine
-from sim.config import PROFILE_DIR, load_scenario, scenario_from_raw
-from sim.job import Job
-from sim.loop import EventLoop
-from sim.profiles import StepTimeModel
-from sim.schema import ConfigError, load_yaml
-from sim.simulation import Simulation
-from sim.step_engine import StepEngine
+from sim.core.batching import BatchEngine
+from sim.core.job import Job
+from sim.core.loop import EventLoop
+from sim.core.simulation import Simulation
+from sim.core.step_engine import StepEngine
+from sim.scenario.config import PROFILE_DIR, load_scenario, scenario_from_raw
+from sim.scenario.profiles import StepTimeModel
+from sim.scenario.schema import ConfigError, load_yaml
 from tests.sim.conftest import one_core_profile
 
 PER = {"prefill_tokens": 0.001, "decode_tokens": 0.01, "context_tokens": 0.0,

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from edgeserve.records import RequestRecord
-from sim.cloud import Roofline
-from sim.config import load_scenario, parse_override
-from sim.deployment import load_box_profile
-from sim.job import Job
-from sim.schema import ConfigError
+from sim.core.cloud import Roofline
+from sim.core.job import Job
+from sim.scenario.config import load_scenario, parse_override
+from sim.scenario.deployment import load_box_profile
+from sim.scenario.schema import ConfigError
 
 BOX = "l40s-x4-pcie-qwen2-vl-7b"
 TEXT, IMAGE_TOKENS, OUT = 1000, 4, 64  # a 56×56 photo is 2×2 patches of 28 px: 4 tokens

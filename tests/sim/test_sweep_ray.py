@@ -25,10 +25,10 @@ import psutil
 import pytest
 
 from edgeserve.cli.main import main
-from sim.distribute import ExecConfig
-from sim.runner import RunResult
-from sim.sweep import run_specs, specs_for
-from sim.sweep_store import FILE_NAME, RunStore
+from sim.experiments.distribute import ExecConfig
+from sim.experiments.runner import RunResult
+from sim.experiments.sweep import run_specs, specs_for
+from sim.experiments.sweep_store import FILE_NAME, RunStore
 from tests.sim.conftest import small_fleet
 
 ROOT = Path(__file__).resolve().parents[2]

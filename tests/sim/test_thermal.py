@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 from edgeserve.records import DeviceSample, RequestRecord
-from sim.config import scenario_from_raw
-from sim.device import Device
-from sim.profiles import ThermalConfig, TripConfig
-from sim.simulation import Simulation
-from sim.thermal import StepWiseGovernor, ThermalNode
+from sim.core.device import Device
+from sim.core.simulation import Simulation
+from sim.core.thermal import StepWiseGovernor, ThermalNode
+from sim.scenario.config import scenario_from_raw
+from sim.scenario.profiles import ThermalConfig, TripConfig
 from tests.sim.conftest import one_core_profile
 
 TAU_S = 20.0

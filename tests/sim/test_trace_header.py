@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgeserve.records import TraceHeader, read_trace
-from sim.config import load_scenario
-from sim.simulation import Simulation
+from sim.core.simulation import Simulation
+from sim.scenario.config import load_scenario
 from tui.sources.devices import infos_from_meta
 
 

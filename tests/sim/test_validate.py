@@ -18,7 +18,7 @@ import yaml
 
 from edgeserve.cli.main import main
 from edgeserve.records import Outcome, RequestRecord, read_trace
-from sim.validate import Side, stall_seconds, validate, validate_runs
+from sim.fit.validate import Side, stall_seconds, validate, validate_runs
 
 DATA = Path(__file__).parent / "data"
 

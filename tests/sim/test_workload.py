@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from edgeserve.records import RequestRecord, TraceHeader, TraceWriter
-from sim.config import ImageConfig, ImageSize, WorkloadConfig, WorkloadKind
-from sim.workload import arrivals, smart_resize
+from sim.core.workload import arrivals, smart_resize
+from sim.scenario.config import ImageConfig, ImageSize, WorkloadConfig, WorkloadKind
 
 
 def gaps(cfg: WorkloadConfig, n: int) -> list[float]:
@@ -81,7 +81,7 @@ def test_decoded_pixels_are_what_mm_preproc_decodes(width: int, height: int) -> 
     from PIL import Image
 
     import mm_preproc
-    from sim.workload import decoded_pixels
+    from sim.core.workload import decoded_pixels
 
     buf = io.BytesIO()
     pixels = np.random.default_rng(0).integers(0, 255, (height, width, 3), dtype=np.uint8)

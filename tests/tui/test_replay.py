@@ -113,8 +113,8 @@ async def test_unreadable_traces_are_clear_errors(tmp_path: Path, wall: FakeWall
 
 
 async def test_a_simulation_trace_replays_with_its_devices(tmp_path: Path, wall: FakeWall):
-    from sim.config import load_scenario, parse_override
-    from sim.simulation import Simulation
+    from sim.core.simulation import Simulation
+    from sim.scenario.config import load_scenario, parse_override
     from tui.state import PipelineState
 
     path = tmp_path / "sim.jsonl"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from edgeserve.records import CPU_STAGES, RequestRecord, Stage
-from sim.validate import stall_seconds
+from sim.fit.validate import stall_seconds
 from tui.state import PipelineState
 from tui.timeline import CellState
 

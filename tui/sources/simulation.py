@@ -1,6 +1,6 @@
 """Run a simulation behind the UI: simulated time follows wall time times a speed.
 
-Each poll advances the simulation (:meth:`sim.simulation.Simulation.run_until`) to the paced
+Each poll advances the simulation (:meth:`sim.core.simulation.Simulation.run_until`) to the paced
 clock's time in a worker thread, so a slow step never freezes the UI, and hands over the records
 of requests that finished and the device samples taken meanwhile. Pause, step and speed act on
 the clock; a policy switch is applied between two steps, so every decision is made under exactly
@@ -31,7 +31,7 @@ QUEUES_WHY = (
 
 
 class SimulationSource:
-    """A :class:`sim.simulation.Simulation` stepped in time with the UI.
+    """A :class:`sim.core.simulation.Simulation` stepped in time with the UI.
 
     Args:
         scenario: A scenario YAML path or built-in name; ``None`` for the default scenario.
@@ -96,10 +96,10 @@ class SimulationSource:
         return self._clock.paused if self._clock else self._start_paused
 
     async def start(self) -> None:
-        from sim.config import load_scenario, parse_override
-        from sim.policies import POLICIES
-        from sim.schema import ConfigError
-        from sim.simulation import Simulation
+        from sim.core.policies import POLICIES
+        from sim.core.simulation import Simulation
+        from sim.scenario.config import load_scenario, parse_override
+        from sim.scenario.schema import ConfigError
 
         try:
             overrides = [parse_override(o) for o in self._overrides]

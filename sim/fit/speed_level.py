@@ -1,0 +1,70 @@
+"""A server's speed level: how fast its engine steps ran against the calibrated step model.
+
+Fresh servers of one machine run the same workload at different speeds, and keep theirs for a
+whole run (measured on a 2-core Zen 4: 0.89–1.06 × the step model over four 150 s runs of one
+near-saturation workload, 0.97–1.05 × over four calibration runs with the same arrivals). Near
+saturation such a level is most of the latency: ρ = 0.9 at 0.89 × is ρ = 0.8, at 1.06 × it
+is 0.95. The calibrated drift (an Ornstein–Uhlenbeck wander, ``llm.step.drift_*``) holds the
+part of it that the calibration runs showed; the level of a server not yet started cannot be
+predicted.
+
+:func:`speed_level` measures it afterwards, from a trace's own steps, and :func:`with_speed_level`
+scales a profile's step model by it. Replaying a held-out trace through its server's level is an
+*oracle* (the level comes from the very run it is compared with), not a prediction: what is left
+of the error then is the model's, what goes away was the server's level. ``benchmarks/
+sim_fidelity.py`` prints both.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from edgeserve.records import Outcome
+from sim.fit.calibrate import (
+    Calibration,
+    TraceData,
+    cold_steps,
+    image_sizes,
+    step_prediction,
+    worker_busy,
+    worker_busy_through_encode,
+    worker_seconds,
+)
+from sim.fit.engine_kv import kv_cache
+
+
+def speed_level(cal: Calibration, data: TraceData) -> float | None:
+    """Σ measured / Σ modelled step time over ``data``'s engine steps: the step model's own time
+    (vLLM's ``elapsed_ms``, so without the gap between steps), the cold-shape factor on a step
+    that ran a shape first and the contention of the workers busy during it, as the simulator
+    applies them. ``None`` without a step model or steps."""
+    if cal.step is None or not data.steps:
+        return None
+    kv = kv_cache(cal.engine)
+    ok = [r for r in data.records if r.outcome is Outcome.OK]
+    busy = worker_busy_through_encode(ok) if cal.encode_in_worker else worker_busy(ok)
+    sizes = image_sizes(ok)
+    cold = cold_steps(data.steps, data.runs or [(0, len(data.steps))], sizes)
+    measured = modelled = 0.0
+    for i, s in enumerate(data.steps):
+        if s.duration_s <= 0:
+            continue
+        own = step_prediction(cal.step, s, kv, sizes) - cal.step_gap_before(s)
+        measured += s.duration_s
+        modelled += own * (1.0 + cal.cold_factor * (i in cold)) + cal.contention * worker_seconds(s, busy)
+    return measured / modelled if modelled > 0 else None
+
+
+def with_speed_level(profile: dict[str, Any], cal: Calibration, level: float) -> dict[str, Any]:
+    """``profile`` (from :func:`sim.fit.calibrate.to_profile` of ``cal``) with its step model's own
+    time scaled by ``level``; the gap between steps (``cal.step_gap_*``, folded into the same
+    coefficients) is left as fitted."""
+    if level <= 0:
+        raise ValueError(f"a speed level is positive, got {level}")
+    out = copy.deepcopy(profile)
+    step = out["llm"]["step"]
+    step["base_s"] = (step["base_s"] - cal.step_gap_s) * level + cal.step_gap_s
+    step["per"] = {f: (c - cal.step_gap_per.get(f, 0.0)) * level + cal.step_gap_per.get(f, 0.0)
+                   for f, c in step.get("per", {}).items()}
+    return out
