@@ -9,12 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from edgeserve.bench.sweep import SweepResult
+
+class RateSweep(Protocol):
+    """Results at several offered rates (an :class:`edgeserve.bench.sweep.SweepResult`): one
+    result dict per rate, and the TTFT p99 bound a sustained rate keeps."""
+
+    @property
+    def ttft_p99_bound_ms(self) -> float: ...
+    @property
+    def points(self) -> list[dict[str, Any]]: ...
 
 
 def _pyplot() -> Any:
@@ -51,7 +58,7 @@ def plot_latency_cdfs(runs: Mapping[str, Mapping[str, Any]], path: Path) -> Path
     return path
 
 
-def plot_rate_curves(sweeps: Mapping[str, SweepResult], path: Path, title: str = "") -> Path:
+def plot_rate_curves(sweeps: Mapping[str, RateSweep], path: Path, title: str = "") -> Path:
     """Throughput, TTFT p50/p99 and stall fraction against offered rate, one line per system."""
     plt = _pyplot()
     fig, (ax_tp, ax_ttft, ax_stall) = plt.subplots(1, 3, figsize=(15, 4.2), constrained_layout=True)
