@@ -159,8 +159,11 @@ def main() -> int:
 
     import yaml
 
-    from sim.fit.calibrate import calibrate_traces, format_fits, read_traces, to_profile
+    from sim.fit.calibrate import calibrate_traces
+    from sim.fit.fit_format import format_fits
+    from sim.fit.profile_writer import to_profile
     from sim.fit.speed_level import speed_level, with_speed_level
+    from sim.fit.traces import read_traces
     from sim.fit.validate import (
         Side,
         Validation,

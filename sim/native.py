@@ -37,6 +37,7 @@ HOT = tuple(
         "loop",
         "job",
         "batching",
+        "step_cost",
         "step_engine",
         "device",
         "cloud",

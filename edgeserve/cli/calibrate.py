@@ -59,7 +59,10 @@ def run(args: argparse.Namespace) -> int:
     import yaml
 
     from edgeserve.records import TraceError
-    from sim.fit.calibrate import calibrate_traces, format_fits, read_traces, to_profile
+    from sim.fit.calibrate import calibrate_traces
+    from sim.fit.fit_format import format_fits
+    from sim.fit.profile_writer import to_profile
+    from sim.fit.traces import read_traces
     from sim.scenario.config import resolve_profile_path
     from sim.scenario.profiles import DeviceProfile
     from sim.scenario.schema import ConfigError, build, load_yaml

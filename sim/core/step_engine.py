@@ -28,13 +28,8 @@ request A decoding, B (a 3000-token prompt) and C (600 tokens) arriving together
      3    A B C    —                          3
 
 So a long prompt no longer stalls decoding (A gets a token every step), but it makes the steps
-it rides in longer. A step takes, at clock scale 1::
-
-    step_s = base_s + per[prefill_tokens]·prefill_tokens + per[decode_tokens]·decode_tokens
-           + per[context_tokens]·context_tokens + per[encoder_tokens]·encoder_tokens
-           + per[encoder_tokens_sq]·encoder_tokens_sq
-           + per[encoder_tokens_cross]·encoder_tokens_cross
-           + per[prefill_x_context]·prefill_tokens·(context_tokens − prefill_tokens)
+it rides in longer. A step's time at clock scale 1 is linear in what it holds (:mod:`sim.core.step_cost` has the
+formula):
 
 - ``prefill_tokens``: prompt tokens computed in the step (a prefix-cache hit of
   ``job.cached_tokens`` is not computed: the prefill starts there; at least one prompt token is
@@ -98,6 +93,7 @@ from sim.core.batching import Engine
 from sim.core.job import Job
 from sim.core.loop import EventLoop
 from sim.core.service import Draws, ServiceTime
+from sim.core.step_cost import StepCost
 from sim.scenario.profiles import ServiceKind, ServiceModelConfig, StepTimeModel
 
 
@@ -126,15 +122,7 @@ class StepEngine(Engine):
     """A vLLM V1-style engine for a device or a cloud replica; see the module docstring."""
 
     __slots__ = (
-        "_base",
         "_block",
-        "_c_context",
-        "_c_decode",
-        "_c_encoder",
-        "_c_encoder_cross",
-        "_c_encoder_sq",
-        "_c_prefill",
-        "_c_prefill_ctx",
         "_cold_factor",
         "_ctx_decoding",
         "_draws",
@@ -158,6 +146,7 @@ class StepEngine(Engine):
         "_waiting_images_sq",
         "_waiting_tokens",
         "budget",
+        "cost",
         "decoding",
         "encoder_budget",
         "encoder_in_step",
@@ -181,15 +170,7 @@ class StepEngine(Engine):
         self.encoder_budget = model.max_num_batched_tokens
         self._block = b = model.block_size_tokens
         self._kv_cap = kv_capacity_tokens // b * b  # whole blocks only
-        per = model.per
-        self._base = model.base_s
-        self._c_prefill = per.get("prefill_tokens", 0.0)
-        self._c_decode = per.get("decode_tokens", 0.0)
-        self._c_context = per.get("context_tokens", 0.0)
-        self._c_encoder = per.get("encoder_tokens", 0.0)
-        self._c_encoder_sq = per.get("encoder_tokens_sq", 0.0)
-        self._c_encoder_cross = per.get("encoder_tokens_cross", 0.0)
-        self._c_prefill_ctx = per.get("prefill_x_context", 0.0)
+        self.cost = StepCost(model.base_s, model.per)
         self._noisy = model.cv > 0
         draws = draws if draws is not None else Draws(f"{name}:step")
         self._noise = ServiceTime(ServiceModelConfig(kind=ServiceKind.LOGNORMAL, cv=model.cv),
@@ -255,16 +236,17 @@ class StepEngine(Engine):
         if n_prefill < 1:
             n_prefill = 1
         ctx = self._ctx_decoding + job.prompt_tokens
-        t = n_prefill * (self._base + self._c_decode * decoders + self._c_context * ctx) \
-            + self._c_prefill * tokens
+        cost = self.cost
+        # the prefill steps: each carries the decoders; the prompt tokens and images once
+        t = n_prefill * cost.seconds(0, decoders, ctx) + cost.prefill * tokens
         if self.encoder_in_step:
-            t += self._c_encoder * (self._waiting_images + job.image_tokens) + self._c_encoder_sq \
+            t += cost.encoder * (self._waiting_images + job.image_tokens) + cost.encoder_sq \
                 * (self._waiting_images_sq + job.image_tokens * job.image_tokens)
         b = self.in_flight() + len(self.waiting) + 1
         if b > self.max_batch:
             b = self.max_batch
         scale = self.clock_scale
-        step = (self._base + self._c_decode * b + self._c_context * (ctx + b)) * scale
+        step = cost.seconds(0, b, ctx + b) * scale
         if decoders and self.tpot_s > step:  # steps are being stretched by others' prefills
             step = self.tpot_s
         t = t * scale + (job.output_tokens - 1) * step
@@ -405,10 +387,7 @@ class StepEngine(Engine):
                 if self.on_busy is not None:
                     self.on_busy(-1)
             return
-        d = (self._base + self._c_prefill * prefill + self._c_decode * n_dec
-             + self._c_context * ctx + self._c_encoder * enc + self._c_encoder_sq * enc_sq
-             + self._c_encoder_cross * (enc * enc - enc_sq)
-             + self._c_prefill_ctx * prefill * (ctx - prefill)) * self.clock_scale
+        d = self.cost.seconds(prefill, n_dec, ctx, enc, enc_sq) * self.clock_scale
         if self._cold_factor and prefill and prefill not in self._shapes:
             self._shapes.add(prefill)  # a prefill-token count run the first time
             cold = True

@@ -21,17 +21,11 @@ import copy
 from typing import Any
 
 from edgeserve.records import Outcome
-from sim.fit.calibrate import (
-    Calibration,
-    TraceData,
-    cold_steps,
-    image_sizes,
-    step_prediction,
-    worker_busy,
-    worker_busy_through_encode,
-    worker_seconds,
-)
+from sim.fit.calibration import Calibration
 from sim.fit.engine_kv import kv_cache
+from sim.fit.host_effects import worker_busy, worker_seconds
+from sim.fit.step_fit import cold_steps, step_prediction
+from sim.fit.traces import TraceData, image_sizes
 
 
 def speed_level(cal: Calibration, data: TraceData) -> float | None:
@@ -43,23 +37,23 @@ def speed_level(cal: Calibration, data: TraceData) -> float | None:
         return None
     kv = kv_cache(cal.engine)
     ok = [r for r in data.records if r.outcome is Outcome.OK]
-    busy = worker_busy_through_encode(ok) if cal.encode_in_worker else worker_busy(ok)
+    busy = worker_busy(ok, through_encode=cal.encode_in_worker)
     sizes = image_sizes(ok)
     cold = cold_steps(data.steps, data.runs or [(0, len(data.steps))], sizes)
     measured = modelled = 0.0
     for i, s in enumerate(data.steps):
         if s.duration_s <= 0:
             continue
-        own = step_prediction(cal.step, s, kv, sizes) - cal.step_gap_before(s)
+        own = step_prediction(cal.step, s, kv, sizes)
         measured += s.duration_s
         modelled += own * (1.0 + cal.cold_factor * (i in cold)) + cal.contention * worker_seconds(s, busy)
     return measured / modelled if modelled > 0 else None
 
 
 def with_speed_level(profile: dict[str, Any], cal: Calibration, level: float) -> dict[str, Any]:
-    """``profile`` (from :func:`sim.fit.calibrate.to_profile` of ``cal``) with its step model's own
-    time scaled by ``level``; the gap between steps (``cal.step_gap_*``, folded into the same
-    coefficients) is left as fitted."""
+    """``profile`` (from :func:`sim.fit.profile_writer.to_profile` of ``cal``) with its step
+    model's own time scaled by ``level``; the gap between steps (``cal.step_gap_*``, which the
+    profile writer folded into the same coefficients) is left as fitted."""
     if level <= 0:
         raise ValueError(f"a speed level is positive, got {level}")
     out = copy.deepcopy(profile)

@@ -14,7 +14,8 @@ import yaml
 
 from edgeserve.cli.main import main
 from sim.core.simulation import Simulation
-from sim.fit.calibrate import calibrate, read_records
+from sim.fit.stage_fits import fit_stages
+from sim.fit.traces import read_records
 from sim.scenario.config import scenario_from_raw
 from sim.scenario.profiles import DeviceProfile
 from sim.scenario.schema import build
@@ -64,14 +65,14 @@ def assert_recovers(fits: dict, rel: float) -> None:
 
 
 def test_deterministic_stages_are_recovered_to_0_1_percent(tmp_path: Path) -> None:
-    cal = calibrate(read_records([truth_trace(tmp_path / "t.jsonl", "deterministic")]))
+    cal = fit_stages(read_records([truth_trace(tmp_path / "t.jsonl", "deterministic")]))
     assert 2 <= cal.workers <= 4  # the workers seen busy in the trace, of the profile's four
     assert_recovers(cal.fits, rel=1e-3)
     assert cal.fits["image_decode"].cv < 1e-6
 
 
 def test_noisy_stages_are_recovered_within_a_few_percent(tmp_path: Path) -> None:
-    cal = calibrate(read_records([truth_trace(tmp_path / "t.jsonl", "lognormal", cv=0.1)]))
+    cal = fit_stages(read_records([truth_trace(tmp_path / "t.jsonl", "lognormal", cv=0.1)]))
     assert_recovers(cal.fits, rel=0.05)
     assert cal.fits["resize"].cv == pytest.approx(0.1, abs=0.02)
 
@@ -95,7 +96,7 @@ def test_cli_rejects_a_missing_trace(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 def test_a_trace_without_an_encoder_gives_a_profile_without_one(tmp_path: Path) -> None:
-    from sim.fit.calibrate import to_profile
+    from sim.fit.profile_writer import to_profile
     from sim.scenario.config import PROFILE_DIR
     from sim.scenario.schema import load_yaml
 
@@ -104,7 +105,7 @@ def test_a_trace_without_an_encoder_gives_a_profile_without_one(tmp_path: Path) 
     recs = list(read_records([trace]))
     for r in recs:
         r.encode_end_s = None
-    cal = calibrate(recs)
+    cal = fit_stages(recs)
     prof = to_profile(cal, load_yaml(PROFILE_DIR / "jetson-orin-nano.yaml"), "x", [str(trace)])
     assert "encode" not in prof["stages"] and "encode" not in cal.fits
     build(DeviceProfile, prof, "x")

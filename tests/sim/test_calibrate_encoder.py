@@ -22,7 +22,10 @@ import yaml
 from edgeserve.cli.main import main
 from edgeserve.records import Outcome, RequestRecord, TraceHeader, TraceWriter, read_trace
 from sim.core.simulation import Simulation
-from sim.fit.calibrate import calibrate_traces, fit_worker_encode, read_traces, to_profile
+from sim.fit.calibrate import calibrate_traces
+from sim.fit.profile_writer import to_profile
+from sim.fit.stage_fits import fit_worker_encode
+from sim.fit.traces import read_traces
 from sim.scenario.config import scenario_from_raw
 from sim.scenario.profiles import DeviceProfile
 from sim.scenario.schema import build

@@ -14,16 +14,11 @@ import numpy as np
 import pytest
 
 from edgeserve.records import EngineStep, Outcome, RequestRecord, TraceHeader, TraceWriter
-from sim.fit.calibrate import (
-    calibrate_traces,
-    cold_shape_factor,
-    cold_steps,
-    fit_drift,
-    fit_step_gap,
-    fit_steps,
-    read_traces,
-    to_profile,
-)
+from sim.fit.calibrate import calibrate_traces
+from sim.fit.host_effects import cold_shape_factor, fit_drift
+from sim.fit.profile_writer import to_profile
+from sim.fit.step_fit import cold_steps, fit_step_gap, fit_steps
+from sim.fit.traces import read_traces
 
 TRUE = {"base_s": 0.004, "prefill_tokens": 2.0e-5, "decode_tokens": 3.0e-4,
         "context_tokens": 1.0e-7, "encoder_tokens": 1.0e-4, "encoder_tokens_sq": 6.0e-8,

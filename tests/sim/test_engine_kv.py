@@ -16,8 +16,11 @@ import numpy as np
 import pytest
 
 from edgeserve.records import EngineStep, Outcome, RequestRecord, TraceHeader, TraceWriter
-from sim.fit.calibrate import calibrate_traces, fit_steps, read_traces, to_profile
+from sim.fit.calibrate import calibrate_traces
 from sim.fit.engine_kv import HybridKV, context_tokens, kv_cache
+from sim.fit.profile_writer import to_profile
+from sim.fit.step_fit import fit_steps
+from sim.fit.traces import read_traces
 
 # meta.engine as `edgeserve serve --model models/tiny-qwen3.5` writes it
 QWEN3_5 = {"max_num_seqs": 16, "max_num_batched_tokens": 4096, "max_model_len": 4096,

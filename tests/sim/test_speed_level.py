@@ -10,16 +10,13 @@ import pytest
 import yaml
 
 from edgeserve.records import EngineStep
-from sim.fit.calibrate import (
-    Calibration,
-    StageFit,
-    TraceData,
-    calibrate_traces,
-    read_traces,
-    step_prediction,
-    to_profile,
-)
+from sim.fit.calibrate import calibrate_traces
+from sim.fit.calibration import Calibration
+from sim.fit.least_squares import StageFit
+from sim.fit.profile_writer import to_profile
 from sim.fit.speed_level import speed_level, with_speed_level
+from sim.fit.step_fit import step_prediction
+from sim.fit.traces import TraceData, read_traces
 from sim.fit.validate import validate_runs
 
 DATA = Path(__file__).parent / "data"
@@ -27,9 +24,9 @@ DATA = Path(__file__).parent / "data"
 
 def calibration(gap_s: float = 6e-4, gap_per_seq_s: float = 7e-5) -> Calibration:
     cal = Calibration()
-    # the step model as calibrate_traces leaves it: the gap between steps folded in
-    cal.step = StageFit("step", 100, 0.002 + gap_s,
-                        {"prefill_tokens": 5e-5, "decode_tokens": 1.5e-4 + gap_per_seq_s}, 0.1, 0.9)
+    # the step's own time, and the gap before it apart (the profile writer folds it in)
+    cal.step = StageFit("step", 100, 0.002, {"prefill_tokens": 5e-5, "decode_tokens": 1.5e-4},
+                        0.1, 0.9)
     cal.step_gap_s, cal.step_gap_per = gap_s, {"decode_tokens": gap_per_seq_s}
     return cal
 
@@ -41,7 +38,7 @@ def test_a_server_whose_steps_all_took_longer_has_that_level() -> None:
     for i in range(60):
         s = EngineStep(t_s=0.0, duration_s=0.0, prefill_tokens=300 * (i % 3), decode_tokens=1 + i % 5,
                        running=2)
-        own = step_prediction(cal.step, s, 0) - cal.step_gap_s - 7e-5 * s.decode_tokens
+        own = step_prediction(cal.step, s, 0)
         t += 1.15 * own + 0.001
         steps.append(EngineStep(t_s=t, duration_s=1.15 * own, prefill_tokens=s.prefill_tokens,
                                 decode_tokens=s.decode_tokens, running=2))

@@ -1,0 +1,43 @@
+"""What a calibration found: stage fits, the step model, the gap between steps, host effects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sim.fit.least_squares import StageFit
+from sim.scenario.fitted_range import FittedRange
+
+
+@dataclass(slots=True)
+class Calibration:
+    """The fits of :func:`sim.fit.calibrate.calibrate_traces`, before they become a profile."""
+
+    fits: dict[str, StageFit] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)  # stage → why not fitted
+    requests: int = 0
+    workers: int = 0
+    has_encode: bool = False  # some record has an encoder stage
+    # the engine's step-time model from step records: a step's own time (vLLM's elapsed_ms);
+    # the gap before a step is fitted apart (step_gap_*) and joins it in the profile
+    step: StageFit | None = None
+    steps: int = 0
+    engine: dict[str, Any] = field(default_factory=dict)  # limits from the trace header
+    host_cores: int = 0
+    engine_threads: int = 0  # cores the engine's model worker may run on
+    contention: float = 0.0  # extra step seconds per second a worker was busy during it (κ)
+    contention_n: int = 0
+    step_gap_s: float = 0.0  # idle time between back-to-back engine steps (before a decode step)
+    step_gap_per: dict[str, float] = field(default_factory=dict)  # its growth per step feature
+    handoff_s: float = 0.0  # median time from the end of preprocessing to the engine
+    handoff_n: int = 0
+    input_processing: StageFit | None = None  # vLLM's processing before a request is schedulable
+    cold_factor: float = 0.0  # extra time of a step running a shape first (cold_shape_factor)
+    cold_n: int = 0
+    drift_sd: float = 0.0  # the machine's slow drift of step times (see fit_drift)
+    drift_tau_s: float = 0.0
+    drift_start: float = 0.0  # log slowdown of a fresh server's first steps
+    admission: dict[str, int] = field(default_factory=dict)
+    encode_in_worker: bool = False  # the runtime's encoder (--encoder onnx) ran in the workers
+    # the sizes fitted on (image tokens, pixels, prompt tokens): where the models interpolate
+    fitted_range: FittedRange = field(default_factory=FittedRange)

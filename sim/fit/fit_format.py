@@ -1,0 +1,47 @@
+"""A calibration as text: one line per fitted model and host effect."""
+
+from __future__ import annotations
+
+from sim.fit.calibration import Calibration
+from sim.fit.profile_writer import step_period
+from sim.scenario.fitted_range import span
+
+
+def format_fits(cal: Calibration) -> str:
+    """What ``edgeserve calibrate`` prints: each fit, its spread, fit quality and sample size."""
+    lines = [f"{cal.requests} local requests, {cal.workers} workers"]
+    for s, f in cal.fits.items():
+        terms = " + ".join(f"{v:.4g}·{k}" for k, v in f.per.items())
+        lines.append(f"  {s:13s} {f.base_s * 1000:8.3f} ms" + (f" + {terms}" if terms else "")
+                     + f"   cv {f.cv:.3f}  R² {f.r2:.3f}  n {f.n}" + (f"  [{f.note}]" if f.note else ""))
+    period = step_period(cal)  # as the profile holds it: the gap between steps included
+    if period is not None:
+        terms = " + ".join(f"{v:.4g}·{k}" for k, v in period.per.items())
+        lines.append(f"  {'engine step':13s} {period.base_s * 1000:8.3f} ms"
+                     + (f" + {terms}" if terms else "")
+                     + f"   cv {period.cv:.3f}  R² {period.r2:.3f}  n {period.n}  [{period.note}]")
+        if cal.contention_n:
+            lines.append(f"  {'contention':13s} steps +{cal.contention:.3f} s per second a worker was busy "
+                         f"(n {cal.contention_n}, {cal.host_cores} cores, engine on "
+                         f"{cal.engine_threads})")
+    if cal.cold_n:
+        lines.append(f"  {'cold shapes':13s} steps +{cal.cold_factor * 100:.0f} % the first time "
+                     f"a server ran their prefill length or image size (n {cal.cold_n})")
+    if cal.drift_sd > 0:
+        lines.append(f"  {'drift':13s} steps slow or fast together: sd {cal.drift_sd * 100:.1f} % "
+                     f"(log), correlation time {cal.drift_tau_s:.3g} s, a fresh server starts "
+                     f"at {cal.drift_start * 100:+.1f} %; own noise cv "
+                     f"{cal.step.cv if cal.step else 0:.3f}")
+    if cal.handoff_n:
+        lines.append(f"  {'handoff':13s} {cal.handoff_s * 1000:8.3f} ms   median of {cal.handoff_n}")
+    if cal.input_processing is not None:
+        f = cal.input_processing
+        terms = " + ".join(f"{v:.4g}·{k}" for k, v in f.per.items())
+        lines.append(f"  {'vLLM input':13s} {f.base_s * 1000:8.3f} ms" + (f" + {terms}" if terms else "")
+                     + f"   cv {f.cv:.3f}  R² {f.r2:.3f}  n {f.n}  [{f.note}]")
+    for s, why in cal.skipped.items():
+        lines.append(f"  {s:13s} not fitted: {why}")
+    spans = ", ".join(f"{k} {span(lo, hi)}" for k, (lo, hi) in cal.fitted_range.as_dict().items())
+    if spans:
+        lines.append(f"  {'fitted range':13s} {spans}")
+    return "\n".join(lines)

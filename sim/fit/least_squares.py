@@ -1,0 +1,58 @@
+"""Least squares with non-negative coefficients, and the fitted linear model it yields."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+MIN_SAMPLES = 5
+
+
+@dataclass(slots=True)
+class StageFit:
+    stage: str
+    n: int
+    base_s: float
+    per: dict[str, float]
+    cv: float
+    r2: float
+    note: str = ""
+
+    def model(self) -> dict[str, Any]:
+        m: dict[str, Any] = {"kind": "lognormal" if self.cv >= 0.005 else "deterministic",
+                             "base_s": float(f"{self.base_s:.6g}"),
+                             "per": {k: float(f"{v:.6g}") for k, v in self.per.items()}}
+        if m["kind"] == "lognormal":
+            m["cv"] = round(self.cv, 4)
+        return m
+
+
+def fit_linear(stage: str, x: np.ndarray, y: np.ndarray, names: list[str],
+               weights: np.ndarray | None = None) -> StageFit:
+    """Least squares ``y ≈ b + x·w`` with ``b, w ≥ 0`` (negative terms are dropped and refitted);
+    ``weights`` scale each row's residual (``1/ŷ``: relative errors count, not seconds)."""
+    keep = list(range(len(names)))
+    w = np.ones(len(y)) if weights is None else weights
+    while True:
+        a = np.column_stack([np.ones(len(y))] + [x[:, i] for i in keep])
+        coef, *_ = np.linalg.lstsq(a * w[:, None], y * w, rcond=None)
+        neg = [j for j, c in enumerate(coef[1:]) if c < 0]
+        if not neg:
+            break
+        keep.pop(neg[0])
+    base = float(coef[0])
+    if base < 0:  # refit through the origin
+        a0 = np.column_stack([x[:, i] for i in keep]) if keep else np.zeros((len(y), 0))
+        coef0, *_ = np.linalg.lstsq(a0 * w[:, None], y * w, rcond=None) if keep else (np.zeros(0),)
+        coef = np.concatenate([[0.0], np.maximum(coef0, 0.0)])
+        base = 0.0
+        a = np.column_stack([np.ones(len(y))] + [x[:, i] for i in keep])
+    pred = a @ coef
+    ss_res = float(np.sum((y - pred) ** 2))
+    ss_tot = float(np.sum((y - y.mean()) ** 2))
+    ratio = y / np.where(pred > 0, pred, np.nan)
+    cv = float(np.nanstd(ratio)) if len(y) > 1 else 0.0
+    per = {names[i]: float(c) for i, c in zip(keep, coef[1:], strict=True) if c > 0}
+    return StageFit(stage, len(y), base, per, cv, 1 - ss_res / ss_tot if ss_tot > 0 else 1.0)

@@ -1,0 +1,55 @@
+"""What calibration reads from runtime traces: request records, engine steps, header facts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgeserve.records import EngineStep, RequestRecord, TraceHeader, read_trace
+
+
+@dataclass(slots=True)
+class TraceData:
+    """What calibration reads from traces: request records, engine steps, header facts."""
+
+    records: list[RequestRecord] = field(default_factory=list)
+    steps: list[EngineStep] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)  # the last runtime header's meta
+    runs: list[tuple[int, int]] = field(default_factory=list)  # each trace's [start, end) in steps
+
+
+def read_traces(paths: Iterable[str | Path]) -> TraceData:
+    data = TraceData()
+    for p in paths:
+        first = len(data.steps)
+        for item in read_trace(p):
+            if isinstance(item, RequestRecord):
+                data.records.append(item)
+            elif isinstance(item, EngineStep):
+                data.steps.append(item)
+            elif isinstance(item, TraceHeader) and item.producer == "edgeserve serve":
+                data.meta = dict(item.meta)
+        data.runs.append((first, len(data.steps)))
+    return data
+
+
+def read_records(paths: Iterable[str | Path]) -> Iterable[RequestRecord]:
+    for p in paths:
+        for item in read_trace(p):
+            if isinstance(item, RequestRecord):
+                yield item
+
+
+def image_sizes(records: Iterable[RequestRecord]) -> tuple[int, ...]:
+    """The image-token counts of the trace's one-image requests (distinct, sorted)."""
+    return tuple(sorted({r.image_tokens for r in records if r.num_images == 1 and r.image_tokens}))
+
+
+def worker_encoder(meta: dict[str, Any]) -> bool:
+    """Whether a runtime trace's header says the vision encoder ran in the preprocessing workers
+    (``edgeserve serve --encoder onnx``: ``meta.encoder.kind`` is ``onnx``) and the engine was
+    handed image embeddings."""
+    enc = meta.get("encoder")
+    return isinstance(enc, dict) and str(enc.get("kind", "none")) not in ("", "none")
