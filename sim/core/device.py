@@ -332,10 +332,7 @@ class Device:
             if self.level:
                 self.throttled_s += dt
             self._t_last = now
-            th = self.thermal  # ThermalNode.advance, inlined: this runs at every power change
-            ss = th.ambient_c + p * th.r_c_per_w
-            th.temp_c = ss + (th.temp_c - ss) * math.exp(-dt / th.tau_s)
-            th.t_s = now
+            self.thermal.advance(now, p)  # the node's clock is the device's (_t_last)
 
     def _busy_delta(self, unit: int, delta: int) -> None:
         """A server of ``unit`` started (+1) or stopped (−1) work: power changes from now."""
@@ -358,14 +355,12 @@ class Device:
                 if self.level:
                     self.throttled_s += dt
                 self._t_last = now
-                ss = th.ambient_c + p * th.r_c_per_w
-                th.temp_c = ss + (th.temp_c - ss) * math.exp(-dt / th.tau_s)
-                th.t_s = now
+                th.advance(now, p)
             self.power_w = p = static + dyn * ps
             if self._stepwise:  # plan a trip crossing only if the new steady state is beyond one
                 gov = self.stepwise
                 a = gov.active
-                ss = th.ambient_c + p * th.r_c_per_w
+                ss = th.steady_c(p)
                 if (a < gov.n_trips and ss > gov.trip_c[a]) or (a and ss < gov.release_c[a - 1]):
                     self._plan_thermal()
 
@@ -379,7 +374,7 @@ class Device:
         """Schedule the next trip-point crossing under the present power, if it comes sooner."""
         gov = self.stepwise
         th = self.thermal
-        ss = th.ambient_c + self.power_w * th.r_c_per_w
+        ss = th.steady_c(self.power_w)
         t = math.inf
         a = gov.active
         if a < gov.n_trips and ss > gov.trip_c[a]:
