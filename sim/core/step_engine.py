@@ -43,16 +43,13 @@ formula):
 - ``encoder_tokens_sq``: the sum over those images of their image tokens squared — the vision
   tower attends over each image's patches, so a large image costs more than linearly.
 - ``encoder_tokens_cross``: ``encoder_tokens² − encoder_tokens_sq``, zero for a step with one
-  image — vLLM's CPU tower attends image by image, yet a step encoding two took 1.1–1.3 × the
-  two images' single-image costs (measured on the Zen 4 dev machine, 2026-12-03), so the excess
-  of a multi-image step is its own term.
+  image — vLLM's CPU tower attends image by image, yet a step encoding two images takes longer
+  than the two images' single-image costs, so the excess of a multi-image step is its own term
+  (the measurements: docs/sim.md, "vLLM V1 step engine").
 - ``prefill_x_context``: the step's prompt tokens times the context the others hold
   (``context_tokens − prefill_tokens``). vLLM's CPU backend attends a prefill over the whole
   batch's keys, so a prefill beside decoders costs more the more context they hold, while a
-  decode-only step's time hardly grows with context (measured on the Zen 4 dev machine,
-  2026-12-04: a 1230-token image step took 280 ms beside no decoder and 305–310 ms beside 12–16
-  decoders holding 14–19 k tokens, a 221-token one 3 ms more; decode-only steps 1.8–2.2 ms at
-  1 k or 2 k tokens).
+  decode-only step's time hardly grows with context (docs/sim.md has the measured steps).
 
 The step time is stretched by the DVFS ``clock_scale`` in force when the step starts (a step in
 progress keeps its end), by ``stretch(duration)`` when the owner sets it (a device whose engine shares
@@ -62,11 +59,11 @@ drift (``drift_sd``, ``drift_tau_s``): a factor ``exp(x − sd²/2)`` with ``x``
 Ornstein–Uhlenbeck process advanced exactly over the time since the last step,
 ``x ← x·a + sd·√(1 − a²)·N(0, 1)``, ``a = exp(−Δt/τ)``, so steps close in time are slow or fast
 together; ``drift_start`` (log units) is where ``x`` starts on a fresh server (else a stationary
-draw), so a server that is slow in its first seconds relaxes to its usual speed in about ``τ``. A fresh engine is slower the first time it meets a shape (``cold_shape_factor``): a
-step whose prefill-token count, or one of whose images' token counts, it has not run before takes
-``1 + cold_shape_factor`` times as long — vLLM's CPU kernels build their primitives per shape
-(on the 2-core dev machine such steps took 1.2–2.1 × the model, about 20 of them in a 90 s run,
-most in its first 15 s).
+draw), so a server that is slow in its first seconds relaxes to its usual speed in about ``τ``.
+A fresh engine is slower the first time it meets a shape (``cold_shape_factor``): a step whose
+prefill-token count, or one of whose images' token counts, it has not run before takes
+``1 + cold_shape_factor`` times as long — vLLM's CPU kernels build their primitives per shape,
+so such steps come early in a server's life.
 
 **KV cache.** Blocks of ``block_size_tokens``. A request is admitted only when blocks for its
 whole sequence (prompt + output tokens, rounded up to blocks) are free, and keeps them until it

@@ -1,9 +1,9 @@
 """How far a measured run's own statistics could have fallen: a block bootstrap over arrival time.
 
 A p99 of a few hundred requests is its handful of worst ones, and those come together — one burst,
-one stretch of slow seconds — so the same workload on a fresh server moves a p99 by 10–20 %
-(docs/sim.md, "runtime vs itself"). Before a simulated p99 is called wrong by 15 %, the measured
-one's own uncertainty has to be known. Resampling single requests would treat a burst's requests
+one stretch of slow seconds — so the same workload on a fresh server moves a p99 by as much as a
+model's error (docs/sim.md, "runtime vs itself"). Before a simulated p99 is called wrong, the
+measured one's own uncertainty has to be known. Resampling single requests would treat a burst's requests
 as independent and make the interval too narrow; this cuts each run into blocks of ``block_s``
 seconds of arrivals (longer than the machine's drift and a queue's life, ~10 s) and resamples
 whole blocks with replacement, run by run (Künsch's block bootstrap, non-overlapping blocks,

@@ -65,8 +65,8 @@ def contention(steps: list[EngineStep], fit: StageFit, kv_cache_tokens: KVCache,
     squares through the origin on the steps that overlapped a worker, each weighted by
     1/fitted² — a step's own noise grows with its length (a cv), so a 1 s encoder step that a
     worker overlapped for 25 ms says next to nothing about κ, while a 5 ms decode step overlapped
-    throughout says much; unweighted, the long steps' noise set κ (0.34 on one recording whose
-    overlapped decode steps were no slower than the others). Returns ``(κ, steps)``: κ = 1 means
+    throughout says much; unweighted, the long steps' noise would set κ even where the overlapped
+    decode steps were no slower than the others. Returns ``(κ, steps)``: κ = 1 means
     each second of worker activity costs the step a second."""
     xs, ys, ws = [], [], []
     for s in steps:

@@ -1,10 +1,9 @@
 """A server's speed level: how fast its engine steps ran against the calibrated step model.
 
 Fresh servers of one machine run the same workload at different speeds, and keep theirs for a
-whole run (measured on a 2-core Zen 4: 0.89–1.06 × the step model over four 150 s runs of one
-near-saturation workload, 0.97–1.05 × over four calibration runs with the same arrivals). Near
-saturation such a level is most of the latency: ρ = 0.9 at 0.89 × is ρ = 0.8, at 1.06 × it
-is 0.95. The calibrated drift (an Ornstein–Uhlenbeck wander, ``llm.step.drift_*``) holds the
+whole run (docs/sim.md has the measured spread). Near saturation such a level is most of the
+latency: a server 11 % faster than the model turns a load of ρ = 0.9 into ρ = 0.8, one 6 %
+slower into 0.95. The calibrated drift (an Ornstein–Uhlenbeck wander, ``llm.step.drift_*``) holds the
 part of it that the calibration runs showed; the level of a server not yet started cannot be
 predicted.
 

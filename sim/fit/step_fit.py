@@ -92,10 +92,10 @@ def fit_steps(steps: Iterable[EngineStep], kv_cache_tokens: KVCache = 0,
     """The step-time model from per-step records (``None`` with fewer than MIN_SAMPLES steps).
 
     The coefficients minimise *relative* errors (least squares weighted by 1/ŷ of a first,
-    unweighted pass, twice): step times span 2 ms decode steps to 300 ms encoder steps, and
-    seconds-weighted least squares let the largest steps set the slope, so a 600-token image's
-    step came out 20 % too long and a two-image step 15 % too short — and waiting times grow
-    with the second moment of the step times, which that misfit shrinks.
+    unweighted pass, twice): step times span millisecond decode steps to encoder steps a hundred
+    times longer, and seconds-weighted least squares let the largest steps set the slope, so
+    mid-sized image steps came out too long and multi-image steps too short — and waiting times
+    grow with the second moment of the step times, which that misfit shrinks.
 
     Its ``cv`` is the spread *weighted by step time* (√(Σ residual² / Σ fitted²)): a 2 ms decode
     step that took 4 ms says little about how a 300 ms encoder step varies, while an unweighted
@@ -142,21 +142,18 @@ def fit_step_gap(steps: list[EngineStep], *,
 
     vLLM's elapsed_ms covers the model's forward pass; scheduling, output processing and the
     hand-off to the frontend happen between steps, so the gap is part of every step's period.
-    It grows with what the step holds (measured on a 2-core Zen 4, calibration runs):
+    It grows with what the step holds (docs/sim.md, "Calibration", has the measured gaps):
 
     - ``encoder_tokens``: a step that starts an image waits longer before it, the engine first
-      takes the request in, its processed pixels with it (2–4 ms before a 1230-token image step
-      against 0.3–0.8 ms between decode steps). With image embeddings handed over
+      takes the request in, its processed pixels with it. With image embeddings handed over
       (``--encoder onnx``) this term is left out.
     - ``decode_tokens``: every running sequence's token is sampled, detokenized and streamed
-      between steps (mean gap 0.59 ms before a one-sequence decode step, 0.81 ms at 4,
-      1.2–1.6 ms at 8–16). One mean made the light runs' small batches ~0.3 ms per step slow.
+      between steps. One mean would make a light load's small batches slow.
 
     Least squares with an intercept keeps the mean gap, negative gaps included: a step's ``t_s``
     is when its output reached the frontend, so each gap carries the difference of two
-    deliveries' lags, which cancels in the mean over a run (it telescopes) but not in a median —
-    the median was 0.75 ms where the steps' periods said 1.2, and a decode stream of 2 ms steps
-    came out 17 % fast. A feature whose slope comes out ≤ 0 (the gap does not grow with it) is
+    deliveries' lags, which cancels in the mean over a run (it telescopes) but not in a median,
+    which comes out short of the steps' periods and makes a decode stream fast. A feature whose slope comes out ≤ 0 (the gap does not grow with it) is
     dropped and the rest refitted; a negative intercept (nothing left for a bare step) falls
     back to one mean. ``features=()``: one mean."""
     ordered = sorted(steps, key=lambda s: s.t_s)

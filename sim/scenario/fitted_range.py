@@ -1,9 +1,9 @@
 """The sizes a calibrated profile was fitted on, and what lies outside them.
 
 A fitted service model is a curve through the sizes the calibration trace held. Inside their
-range it interpolates; outside it extrapolates, and there a wrong shape shows: on the Zen 4
-development machine a step model fitted on 609–1260-token images put 391-token image steps 12 %
-short, and the same model fitted with 391-token images beside them was within 1 % (docs/sim.md).
+range it interpolates; outside it extrapolates, and there a wrong shape shows: a step model fitted
+on large images can put a small image's steps short that the same model, fitted with small
+images beside the large ones, gets right (docs/sim.md, "Calibration", has the measured case).
 So ``edgeserve calibrate`` writes each size feature's range into the profile (``fitted_range:``)
 and ``edgeserve calibrate validate`` says which held-out requests lie outside it — an error there
 is partly the extrapolation's, and the cure is a calibration run that spans the sizes served.
