@@ -41,8 +41,8 @@ def _fake_build(root: Path) -> Path:
     """A 'build' of ``root``'s present sources whose compiled device module is garbage: any
     attempt to use it fails loudly at import."""
     d = native.build_dir(root)
-    (d / "sim").mkdir(parents=True)
-    (d / "sim" / f"device{native.EXT}").write_bytes(b"not a shared object")
+    (d / "sim" / "core").mkdir(parents=True)
+    (d / "sim" / "core" / f"device{native.EXT}").write_bytes(b"not a shared object")
     (d / "manifest.json").write_text(json.dumps({"fingerprint": native.fingerprint(root)}))
     return d
 
@@ -84,14 +84,14 @@ def test_guard_states_and_activation(
     monkeypatch.delenv(native.ENV_PURE)
     assert capsys.readouterr().err == ""
     # any edit under sim/ (here a comment in a module that is not even compiled) makes it stale
-    with (tmp_path / "sim" / "plots.py").open("a") as f:
+    with (tmp_path / "sim" / "experiments" / "plots.py").open("a") as f:
         f.write("# edited\n")
     assert native.status(tmp_path)[0] == "stale"
     assert not native.activate(path, tmp_path) and len(path) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "stale" in err and "pure Python" in err
     # so does an edit of the record schema the compiled code builds records of
-    (tmp_path / "sim" / "plots.py").write_text((ROOT / "sim" / "plots.py").read_text())
+    (tmp_path / "sim" / "experiments" / "plots.py").write_text((ROOT / "sim" / "experiments" / "plots.py").read_text())
     assert native.status(tmp_path)[0] == "fresh"
     with (tmp_path / "edgeserve" / "records.py").open("a") as f:
         f.write("# edited\n")
@@ -107,12 +107,12 @@ def test_import_uses_a_fresh_build_and_never_a_stale_one(tmp_path: Path) -> None
     assert fresh.returncode != 0 and "device" in fresh.stderr  # the build was really used
     forced = _import_device(tmp_path, **{native.ENV_PURE: "1"})
     assert forced.returncode == 0, forced.stderr
-    assert forced.stdout.split() == ["False", str(tmp_path / "sim" / "device.py")]
-    with (tmp_path / "sim" / "device.py").open("a") as f:
+    assert forced.stdout.split() == ["False", str(tmp_path / "sim" / "core" / "device.py")]
+    with (tmp_path / "sim" / "core" / "device.py").open("a") as f:
         f.write("\n# edited after the build\n")
     stale = _import_device(tmp_path)
     assert stale.returncode == 0, stale.stderr
-    assert stale.stdout.split() == ["False", str(tmp_path / "sim" / "device.py")]
+    assert stale.stdout.split() == ["False", str(tmp_path / "sim" / "core" / "device.py")]
     assert stale.stderr.count("\n") == 1 and "stale" in stale.stderr
 
 
