@@ -278,18 +278,10 @@ class Device:
         if self.battery_capacity_wh is not None:
             battery_wh = max(0.0, self._battery_start_wh - (self.energy_j + self.radio_j) / 3600.0)
         level = self.level
-        engine = self.engine  # queue_len and running, inlined
-        queue = len(self.slot_queue) + len(self.cpu_queue) + len(self.enc_queue) \
-            + len(engine.waiting)
-        running = (self.cores - len(self._free_cores)) + (self.enc_servers - self._enc_free) \
-            + engine.in_flight()
-        for e in self.variants.values():
-            queue += len(e.waiting)
-            running += e.in_flight()
         return DeviceSample(
             t_s=now, device=self.name, temp_c=self.thermal.temp_c, clock_level=level,
             clock_scale=self.scale, power_w=self.power_w, battery_wh=battery_wh,
-            queue=queue, running=running,
+            queue=self.queue_len, running=self.running,
             offload_share=self.offloaded / self.decisions if self.decisions else 0.0,
             throttled=level > 0)
 
@@ -309,16 +301,10 @@ class Device:
         if cloud is None:
             return math.inf
         lc = self.link_cfg
-        link = self.link  # Link.estimate_s, inlined
-        up = link.up
-        now = self.loop.now
-        wait = up.free_at_s - now if up.free_at_s > now else 0.0
-        tx = (job.rec.image_bytes + lc.request_overhead_bytes) * 8.0 / up.bits_per_s \
-            + (job.output_tokens * lc.response_bytes_per_token + 500) * 8.0 / link.down.bits_per_s
-        # CloudServer.estimate_s, inlined
-        engine = cloud.replicas[0] if cloud.single else cloud.pick()
-        return wait + tx * link.est_tx_factor + link.est_fixed_s + (
-            job.source_pixels * cloud.preprocess_s_per_pixel + engine.estimate_s(job))
+        return self.link.estimate_s(
+            job.rec.image_bytes + lc.request_overhead_bytes,
+            job.output_tokens * lc.response_bytes_per_token + 500, self.loop.now,
+        ) + cloud.estimate_s(job)
 
     # ---- power, heat, clock ----------------------------------------------------------------
     def account_until(self, now: float) -> None:
