@@ -202,9 +202,7 @@ class BatchEngine(Engine):
         if self.prefilling is None and len(waiting) == 1 and (
             len(self.running) < self.max_batch and self.kv_used + need <= self.kv_capacity_tokens
         ):  # otherwise the engine's next event is unchanged
-            if self.running:  # _sync, inlined (no prefill is running)
-                self.steps += (now - self.t_mark) / self.tau_s
-            self.t_mark = now
+            self._sync(now)
             self._schedule(now)
 
     def retime(self, clock_scale: float) -> None:
@@ -278,9 +276,8 @@ class BatchEngine(Engine):
             return  # superseded by a later batch change
         now = self.loop.now
         running = self.running
-        # _sync, inlined: a valid wake-up means a running batch and no prefill
-        self.steps = steps = self.steps + (now - self.t_mark) / self.tau_s
-        self.t_mark = now
+        self._sync(now)  # a valid wake-up means a running batch and no prefill
+        steps = self.steps
         head = running[0][0]
         if head > steps:  # planned for the head's last token:
             self.steps = steps = head  # float rounding of (now − mark) / τ must not miss it
