@@ -292,12 +292,7 @@ class Simulation:
         if arrived >= self.max_requests:
             self._stop_sources()
         else:
-            nxt = next(src.it, None)
-            if nxt is None or nxt[0] > self.duration_s:
-                self._queue_next(src, nxt)
-            else:  # _queue_next, inlined
-                src.next = nxt
-                self.loop.at(nxt[0], self._arrival_cb, src)
+            self._queue_next(src, next(src.it, None))
         if dev.battery_capacity_wh is not None and dev.battery_wh == 0.0:
             rec.outcome = Outcome.FAILED
             rec.error = "battery depleted"
