@@ -9,6 +9,7 @@ when the transfer starts, so a transfer costs no events of its own.
 
 from __future__ import annotations
 
+import math
 import random
 
 from sim.scenario.config import LinkConfig
@@ -53,7 +54,8 @@ class Link:
                 d.busy_s += tx
         d.free_at_s = t
         d.busy_s += tx
-        jitter = rng.expovariate(1.0) * self.jitter_s if self.jitter_s > 0.0 else 0.0
+        # rng.expovariate(1.0), inlined: the same draw and value (tests/sim/test_fast_paths.py)
+        jitter = -math.log(1.0 - rng.random()) * self.jitter_s if self.jitter_s > 0.0 else 0.0
         return t + self.half_rtt_s + jitter
 
     def send_up(self, bytes_: float, now_s: float) -> float:

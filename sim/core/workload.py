@@ -171,10 +171,14 @@ def _synthetic(cfg: WorkloadConfig, rng: random.Random) -> Iterator[Arrival]:
     dl = cfg.deadline_s
     if cfg.kind is WorkloadKind.POISSON:
         rate = cfg.rate_hz
-        expovariate = rng.expovariate
+        bisect_right = bisect.bisect_right
+        w, h, b = sizes[0]
         while True:
-            t += expovariate(rate)
-            w, h, b, out = features()
+            # rng.expovariate(rate), inlined (tests/sim/test_fast_paths.py)
+            t += -math.log(1.0 - rand()) / rate
+            if not single:  # features(), inlined
+                w, h, b = sizes[bisect_right(cum, rand() * total)]
+            out = lo + int(rand() * span)
             yield (t, w, h, b, text, out, None if dl is None else t + dl, None)
     # gamma: shape k = 1/cv², scale θ = cv²/rate gives mean 1/rate and the requested cv
     shape = 1.0 / (cfg.cv * cfg.cv)
