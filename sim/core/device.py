@@ -327,28 +327,8 @@ class Device:
         busy[unit] = b + delta
         if (b < self._cap[unit]) if delta > 0 else (b <= self._cap[unit]):
             # beyond cap: a shared unit, already counted
-            self._dyn_busy_w = dyn = self._dyn_busy_w + delta * self._dyn_w[unit]
-            # _power_changed, inlined: this runs several times per request
-            now = self.loop.now
-            dt = now - self._t_last
-            th = self.thermal
-            ps = self._ps
-            static = self.static_w
-            if dt > 0.0:  # account_until under the old power
-                p = self.power_w
-                self.energy_j += p * dt
-                self._dyn_nominal_j += (p - static) / ps * dt
-                if self.level:
-                    self.throttled_s += dt
-                self._t_last = now
-                th.advance(now, p)
-            self.power_w = p = static + dyn * ps
-            if self._stepwise:  # plan a trip crossing only if the new steady state is beyond one
-                gov = self.stepwise
-                a = gov.active
-                ss = th.steady_c(p)
-                if (a < gov.n_trips and ss > gov.trip_c[a]) or (a and ss < gov.release_c[a - 1]):
-                    self._plan_thermal()
+            self._dyn_busy_w += delta * self._dyn_w[unit]
+            self._power_changed()
 
     def _power_changed(self) -> None:
         self.account_until(self.loop.now)
