@@ -159,6 +159,7 @@ def main() -> int:
 
     import yaml
 
+    from sim.experiments.plots import validation_cdfs
     from sim.fit.calibrate import calibrate_traces
     from sim.fit.fit_format import format_fits
     from sim.fit.profile_writer import to_profile
@@ -169,7 +170,6 @@ def main() -> int:
         Validation,
         interval_text,
         local_records,
-        plot_cdfs,
         spread_text,
         validate_runs,
     )
@@ -183,7 +183,7 @@ def main() -> int:
     for name, traces in groups.items():
         v = validate_runs(profile, traces, profile_name="fidelity-calib", seeds=args.seeds)
         print(("\n(in-sample) " if name == "calib" else "\n(held out) ") + v.format())
-        plot_cdfs(v, out / f"cdf_{name}.png")
+        validation_cdfs(v, out / f"cdf_{name}.png")
         rows = {q: (a, b, e) for q, a, b, e in v.rows()}
         report["runs"][name] = v.as_dict()
         if name != "calib":
