@@ -128,9 +128,11 @@ def random_scenario(seed: int) -> Scenario:
                                 "output_tokens": [lo, lo + rng.randint(0, 60)]}
     devices = [{"name": f"d{i}", "profile": profile, "workload": workload}
                for i in range(rng.choice([1, 1, 2]))]
-    return scenario_from_raw({"name": f"random-{seed}", "seed": seed,
-                              "requests": rng.randint(5, 60), "sample_interval_s": 1e9,
-                              "devices": devices})
+    limits: dict[str, Any] = {"requests": rng.randint(5, 60)}
+    if rng.random() < 0.3:  # a duration (and requests as a bound, in case of a slow workload)
+        limits = {"duration_s": rng.uniform(0.5, 5.0), "requests": 200}
+    return scenario_from_raw({"name": f"random-{seed}", "seed": seed, **limits,
+                              "sample_interval_s": 1e9, "devices": devices})
 
 
 @pytest.mark.parametrize("block", range(8))
@@ -192,6 +194,17 @@ def test_a_queue_for_the_core_then_steps_that_mix_prefill_and_decode(tmp_path: A
         ("d-1", 0.0, 0.5, 0.7, 1.24),
         ("d-2", 0.5, 1.0, 1.24, 1.35),
     ]
+    assert_same_timelines(sc)
+
+
+def test_requests_handed_over_at_one_instant_share_the_idle_engines_first_step(
+        tmp_path: Any) -> None:
+    # two cores, two photos at 0: both hand over at 0.5 and ride one step (0.1 + 0.2 s), then
+    # decode together (0.1 + 2 × 0.01 s)
+    sc = replay(tmp_path, [(0.0, 2), (0.0, 2)], device(0.5, workers=2), text_tokens=99)
+    spec = Model(sc).run()
+    assert stamps(spec, "engine_queued_s", "first_token_s", "last_token_s") == [
+        ("d-1", 0.5, 0.8, 0.92), ("d-2", 0.5, 0.8, 0.92)]
     assert_same_timelines(sc)
 
 
