@@ -98,7 +98,8 @@ def check_supported(scenario: Scenario) -> None:
     """Raise :class:`ConfigError` if ``scenario`` asks for something this specification does not
     model (see the module docstring)."""
     if scenario.policy.kind != "always_local":
-        _refuse("policy", f"is {scenario.policy.kind!r}; only always_local runs here (no offloading)")
+        _refuse("policy", f"{scenario.policy.kind!r} is not modelled (only always_local: no "
+                          f"offloading)")
     for i, entry in enumerate(scenario.devices):
         p = entry.profile
         where = f"devices[{i}].profile"
@@ -361,7 +362,9 @@ class Device:
         enc = st.get(StageName.ENCODE)
         self.encode = service(StageName.ENCODE) if enc is not None else None
         self.cpu_unit = st[StageName.IMAGE_DECODE].unit
-        self.cpu = simpy.Resource(env, capacity=profile.units[self.cpu_unit].count)
+        cores = profile.units[self.cpu_unit].count
+        self.cpu = simpy.Resource(env, capacity=cores)
+        self.idle_cores = list(range(cores - 1, -1, -1))  # the record's worker: last freed, first taken
         # an encode stage on the CPU's unit runs in the worker after normalize; on another unit
         # it is a resource of its own; with none the engine encodes images inside its steps
         self.enc_unit = enc.unit if enc is not None else None
@@ -387,6 +390,7 @@ class Device:
             yield core
             self.heat.busy(self.cpu_unit, +1)
             rec.preproc_start_s = env.now
+            rec.worker = self.idle_cores.pop()
             s = self.heat.scale  # the clock level when the worker starts holds for its whole job
             stages = [self.decode.sample(job) * s, self.resize.sample(job) * s,
                       self.normalize.sample(job) * s]
@@ -403,6 +407,7 @@ class Device:
                 yield env.timeout(stages[3])
                 rec.encode_end_s = env.now
             self.heat.busy(self.cpu_unit, -1)
+            self.idle_cores.append(rec.worker)
         if self.encoder is not None:
             assert self.encode is not None and self.enc_unit is not None
             with self.encoder.request() as unit:

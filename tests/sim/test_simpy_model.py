@@ -2,17 +2,18 @@
 
 The property: for random small scenarios — arrival processes and rates, image sizes, output
 lengths, worker counts, encoder placement, ``max_num_seqs``, token budgets, KV caches, step noise,
-DVFS levels and thermal trips — the plain SimPy model and :class:`sim.simulation.Simulation` stamp
-every stage of every request at the same time (within 1e-9 s: the SimPy model reaches an
-arrival's absolute time as ``now + (t − now)``, which may round by an ulp, and integrates the
-thermal node between the same power changes in a different order of floating-point sums).
-Then exact timelines on small systems, in the style of ``test_step_engine.py``.
+DVFS levels and thermal trips — the plain SimPy model and :class:`sim.simulation.Simulation` put
+every request on the same core and stamp every stage at the same time: bit for bit nearly always,
+within 1e-9 s always (the SimPy model reaches an arrival's absolute time as ``now + (t − now)``,
+which may round by an ulp, and sums the busy units' power afresh where the fast engine keeps a
+running sum). Then exact timelines on small systems, in the style of ``test_step_engine.py``.
 """
 
 from __future__ import annotations
 
 import math
 import random
+import re
 from typing import Any
 
 import pytest
@@ -32,7 +33,8 @@ TOL_S = 1e-9
 
 
 def timelines(records: list[RequestRecord]) -> dict[str, tuple[Any, ...]]:
-    return {r.id: (r.outcome.value, r.error, *(getattr(r, f) for f in STAMPS)) for r in records}
+    return {r.id: (r.outcome.value, r.error, r.worker, *(getattr(r, f) for f in STAMPS))
+            for r in records}
 
 
 def fast_records(scenario: Scenario) -> list[RequestRecord]:
@@ -49,8 +51,8 @@ def assert_same_timelines(scenario: Scenario) -> dict[str, tuple[Any, ...]]:
     assert fast.keys() == spec.keys()
     for rid, f in fast.items():
         s = spec[rid]
-        assert f[:2] == s[:2], (rid, f, s)
-        for name, a, b in zip(STAMPS, f[2:], s[2:], strict=True):
+        assert f[:3] == s[:3], (rid, f, s)  # outcome, error, the core it was preprocessed on
+        for name, a, b in zip(STAMPS, f[3:], s[3:], strict=True):
             same = a == b if a is None or b is None else abs(a - b) <= TOL_S
             assert same, f"{rid} {name}: fast {a!r}, SimPy model {b!r}\nfast {f}\nspec {s}"
     return fast
@@ -278,6 +280,10 @@ def test_every_step_of_the_fast_engine_costs_step_cost_s_of_what_it_holds() -> N
     ("admission", {"max_pending": 4}),
     ("host", {"cores": 2, "engine_threads": 2}),
     ("battery", {"capacity_wh": 10.0}),
+    ("thermal.governor", {"r_c_per_w": 1.0, "c_j_per_c": 1.0, "governor": "power_allocator"}),
+    ("llm.step.cold_shape_factor", {**STEP, "cold_shape_factor": 0.1}),
+    ("llm.step.drift_sd", {**STEP, "drift_sd": 0.05, "drift_tau_s": 5.0}),
+    ("llm_variants", {"small": {"unit": "cpu", "prefill": {}, "decode_step": {}}}),
 ])
 def test_what_the_specification_does_not_model_is_refused_by_name(
         tmp_path: Any, field: str, value: Any) -> None:
@@ -286,9 +292,11 @@ def test_what_the_specification_does_not_model_is_refused_by_name(
                            "devices": [{"name": "d", "profile": prof}]}
     if field == "policy":
         raw["policy"] = value
+    elif field.startswith("llm.step."):
+        prof["llm"]["step"] = value
     else:
-        prof[field] = value
-    with pytest.raises(ConfigError, match=field):
+        prof[field.split(".")[0]] = value
+    with pytest.raises(ConfigError, match=re.escape(f"{field}: ")):
         Model(scenario_from_raw(raw))
 
 
