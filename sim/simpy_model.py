@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import simpy
+from simpy.resources.resource import Release, Request
 
 from edgeserve.records import Outcome, RequestRecord
 from sim.config import Scenario
@@ -345,6 +346,32 @@ class Engine:
         self.on_done(s.job)
 
 
+class CorePool(simpy.Resource):
+    """The CPU cores: a :class:`simpy.Resource` that also says which core a request got.
+
+    A freed core passes at once to the first request waiting (the runtime's worker takes the next
+    job from its queue); otherwise it joins the idle ones, and the one freed last is taken first.
+    The number is the record's ``worker``, as the fast engine writes it.
+    """
+
+    def __init__(self, env: simpy.Environment, cores: int) -> None:
+        super().__init__(env, capacity=cores)
+        self.idle = list(range(cores - 1, -1, -1))
+        self.core_of: dict[simpy.Event, int] = {}  # granted request → its core
+
+    def _do_put(self, event: Request) -> None:  # a request, granted if a core is free
+        if len(self.users) < self.capacity:
+            self.core_of[event] = self.idle.pop()
+        super()._do_put(event)
+
+    def _do_get(self, event: Release) -> None:  # a release
+        core = self.core_of.pop(event.request, None)
+        if core is not None:
+            self.idle.append(core)
+        super()._do_get(event)
+        self._trigger_put(None)  # the freed core goes to the next in line now
+
+
 class Device:
     """One device: a CPU pool, an optional encoder unit, an engine and its heat."""
 
@@ -362,9 +389,7 @@ class Device:
         enc = st.get(StageName.ENCODE)
         self.encode = service(StageName.ENCODE) if enc is not None else None
         self.cpu_unit = st[StageName.IMAGE_DECODE].unit
-        cores = profile.units[self.cpu_unit].count
-        self.cpu = simpy.Resource(env, capacity=cores)
-        self.idle_cores = list(range(cores - 1, -1, -1))  # the record's worker: last freed, first taken
+        self.cpu = CorePool(env, profile.units[self.cpu_unit].count)
         # an encode stage on the CPU's unit runs in the worker after normalize; on another unit
         # it is a resource of its own; with none the engine encodes images inside its steps
         self.enc_unit = enc.unit if enc is not None else None
@@ -390,7 +415,7 @@ class Device:
             yield core
             self.heat.busy(self.cpu_unit, +1)
             rec.preproc_start_s = env.now
-            rec.worker = self.idle_cores.pop()
+            rec.worker = self.cpu.core_of[core]
             s = self.heat.scale  # the clock level when the worker starts holds for its whole job
             stages = [self.decode.sample(job) * s, self.resize.sample(job) * s,
                       self.normalize.sample(job) * s]
@@ -407,7 +432,6 @@ class Device:
                 yield env.timeout(stages[3])
                 rec.encode_end_s = env.now
             self.heat.busy(self.cpu_unit, -1)
-            self.idle_cores.append(rec.worker)
         if self.encoder is not None:
             assert self.encode is not None and self.enc_unit is not None
             with self.encoder.request() as unit:

@@ -210,6 +210,17 @@ def test_requests_handed_over_at_one_instant_share_the_idle_engines_first_step(
     assert_same_timelines(sc)
 
 
+def test_cores_freed_at_one_instant_pass_to_the_waiting_requests_in_the_order_freed(
+        tmp_path: Any) -> None:
+    # two cores, four photos at 0: a and b start on cores 0 and 1 and free both at 0.5; c takes
+    # a's core and d b's (the one freed last does not jump to the head of the line)
+    sc = replay(tmp_path, [(0.0, 1)] * 4, device(0.5, workers=2), text_tokens=99)
+    spec = Model(sc).run()
+    assert sorted((r.id, r.worker, r.preproc_start_s) for r in spec) == [
+        ("d-1", 0, 0.0), ("d-2", 1, 0.0), ("d-3", 0, 0.5), ("d-4", 1, 0.5)]
+    assert_same_timelines(sc)
+
+
 def test_max_num_seqs_holds_the_second_request_until_the_first_leaves(tmp_path: Any) -> None:
     # two cores: a's image is done at 0.5, b's at 0.51; one seat: b waits until a's last token
     # (0.5 + 0.2 + 0.11 = 0.81), then its own prefill step (1.01)
