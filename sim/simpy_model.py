@@ -467,6 +467,9 @@ class Model:
         self.max_requests = scenario.requests if scenario.requests is not None else math.inf
         self.duration_s = scenario.duration_s if scenario.duration_s is not None else math.inf
         self.arrived = 0
+        self.in_system = 0  # requests arrived that have not left
+        self.open_sources = 0  # workloads that may still bring requests
+        self.finished = self.env.event()  # the last request has left and no more will come
         self.devices: list[Device] = []
         seed_s = str(self.seed)
         for entry in scenario.devices:
@@ -476,15 +479,23 @@ class Model:
                 stream = arrivals(workload, random.Random(f"{seed_s}:workload:{name}"),
                                   entry.name, random.Random(f"{seed_s}:prefix:{name}")
                                   if workload.prefix.on else None)
+                self.open_sources += 1
                 self.env.process(self.workload(dev, stream, ImageGeometry(workload.image)))
 
     def run(self) -> list[RequestRecord]:
-        """Run until every request has left; the records in the order they left."""
-        self.env.run()
+        """Run until the last request has left (processes of your own do not keep it going);
+        every request's record, in the order they left."""
+        self.env.run(until=self.finished)
         return self.records
 
     def _done(self, job: Job) -> None:
         self.records.append(job.rec)
+        self.in_system -= 1
+        self._check_finished()
+
+    def _check_finished(self) -> None:
+        if not self.open_sources and not self.in_system and not self.finished.triggered:
+            self.finished.succeed()
 
     def workload(self, dev: Device, stream: Any, geom: ImageGeometry) -> Process:
         """A device's arrivals: each becomes a request process, up to the scenario's limits."""
@@ -493,11 +504,12 @@ class Model:
         for n, arrival in enumerate(stream, 1):
             t, w, h, b, text, out, deadline, prefix = arrival
             if t > self.duration_s or self.arrived >= self.max_requests:
-                return
+                break
             yield env.timeout(t - env.now)
             if self.arrived >= self.max_requests:  # another device took the last one
-                return
+                break
             self.arrived += 1
+            self.in_system += 1
             th, tw, itok, dec = geom.target(w, h)
             rec = RequestRecord(
                 id=f"{dev.name}-{n}", device=dev.name, arrived_s=t, image_bytes=b,
@@ -510,3 +522,5 @@ class Model:
                 job.prefix_id = rec.prefix_id = prefix[0]
                 job.prefix_tokens = rec.prefix_tokens = prefix[1]
             env.process(dev.request(job))
+        self.open_sources -= 1
+        self._check_finished()

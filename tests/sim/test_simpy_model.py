@@ -253,10 +253,11 @@ def test_a_trip_point_slows_work_started_after_the_crossing(tmp_path: Any) -> No
             levels.append((model.env.now, heat.level))
 
     model.env.process(watch())
-    model.env.run(until=6.5)
-    assert stamps(model.records, "preproc_start_s", "preproc_end_s") == [
-        ("d-1", 0.0, 2.0), ("d-2", 2.0, 6.0)]
+    records = model.run()  # (the watcher does not keep it going past the last request)
+    assert stamps(records, "preproc_start_s", "preproc_end_s", "finished_s") == [
+        ("d-1", 0.0, 2.0, 2.0), ("d-2", 2.0, 6.0, 6.0)]
     assert [lv for t, lv in levels if t in (0.75, 1.25)] == [0, 1]
+    assert model.env.now == 6.0 and levels[-1][0] == 6.0
     assert_same_timelines(sc)
 
 
