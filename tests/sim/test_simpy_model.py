@@ -33,8 +33,8 @@ TOL_S = 1e-9
 
 
 def timelines(records: list[RequestRecord]) -> dict[str, tuple[Any, ...]]:
-    return {r.id: (r.outcome.value, r.error, r.worker, *(getattr(r, f) for f in STAMPS))
-            for r in records}
+    return {r.id: (r.outcome.value, r.error, r.worker, r.prefix_id,
+                   *(getattr(r, f) for f in STAMPS)) for r in records}
 
 
 def fast_records(scenario: Scenario) -> list[RequestRecord]:
@@ -51,8 +51,8 @@ def assert_same_timelines(scenario: Scenario) -> dict[str, tuple[Any, ...]]:
     assert fast.keys() == spec.keys()
     for rid, f in fast.items():
         s = spec[rid]
-        assert f[:3] == s[:3], (rid, f, s)  # outcome, error, the core it was preprocessed on
-        for name, a, b in zip(STAMPS, f[3:], s[3:], strict=True):
+        assert f[:4] == s[:4], (rid, f, s)  # outcome, error, the core it ran on, its prefix
+        for name, a, b in zip(STAMPS, f[4:], s[4:], strict=True):
             same = a == b if a is None or b is None else abs(a - b) <= TOL_S
             assert same, f"{rid} {name}: fast {a!r}, SimPy model {b!r}\nfast {f}\nspec {s}"
     return fast
@@ -128,8 +128,15 @@ def random_scenario(seed: int) -> Scenario:
                                 "fps": rng.uniform(1, 15), "streams": rng.randint(1, 3),
                                 "image": {"sizes": sizes}, "text_tokens": rng.randint(0, 300),
                                 "output_tokens": [lo, lo + rng.randint(0, 60)]}
-    devices = [{"name": f"d{i}", "profile": profile, "workload": workload}
-               for i in range(rng.choice([1, 1, 2]))]
+    if rng.random() < 0.2:  # shared prompt prefixes (a local engine keeps no prefix cache)
+        workload["prefix"] = {"count": 3, "tokens": workload["text_tokens"] // 2}
+    devices: list[dict[str, Any]] = [{"name": "d0", "profile": profile, "workload": workload}]
+    fleet = rng.random()
+    if fleet < 0.2:
+        devices.append({"name": "d1", "profile": profile, "workload": workload})
+    elif fleet < 0.3:  # a fleet entry: two devices, each a little different
+        devices = [{"name": "f", "profile": profile, "workload": workload, "count": 2,
+                    "jitter": {"rate": 0.3, "ambient_c": 3.0}}]
     limits: dict[str, Any] = {"requests": rng.randint(5, 60)}
     if rng.random() < 0.3:  # a duration (and requests as a bound, in case of a slow workload)
         limits = {"duration_s": rng.uniform(0.5, 5.0), "requests": 200}
