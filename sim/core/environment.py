@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 import simpy
+from simpy.events import Event
 
 
 class Clock(Protocol):
@@ -32,3 +33,10 @@ class LoopEnvironment(simpy.Environment):
     @_now.setter
     def _now(self, t: Any) -> None:
         self._clock.now = t
+
+    def run(self, until: float | Event | None = None) -> Any:
+        """Refused: the event loop runs this environment's events with its own callbacks."""
+        raise RuntimeError(
+            "this SimPy environment belongs to a simulation whose event loop runs it together "
+            "with the devices' own events; advance it with Simulation.run() or "
+            "Simulation.run_until(t_s) (or EventLoop.run_until), not env.run()")

@@ -21,9 +21,11 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any, cast
+
+import simpy
 
 from edgeserve.records import (
     DeviceSample,
@@ -47,6 +49,8 @@ from sim.scenario.schema import ConfigError
 
 RecordSink = Callable[[RequestRecord], Any]
 SampleSink = Callable[[DeviceSample], Any]
+#: a SimPy process function: called as ``fn(env, *args)``, it returns the process's generator
+ProcessFunction = Callable[..., Generator[simpy.Event, Any, Any]]
 
 _BATCH = 256  # records per fold and per msgspec call: small enough to stay in the L2 cache
 
@@ -174,6 +178,22 @@ class Simulation:
                 self.loop.run_until(self.loop.now + step)
                 bar.update(self.completed - bar.n)
         return self.close()
+
+    @property
+    def env(self) -> simpy.Environment:
+        """The run's :class:`simpy.Environment`: ``env.now`` is the simulated time, and a process
+        started in it (``env.process(gen)``, or :meth:`process`) runs among the devices' events.
+        Drive the run with :meth:`run` or :meth:`run_until`, not ``env.run``."""
+        return self.loop.env
+
+    def process(self, fn: ProcessFunction, *args: Any) -> simpy.Process:
+        """Start ``fn(env, *args)`` as a SimPy process beside the built-in devices (a sensor, an
+        operator, a what-if); it returns the :class:`simpy.Process` (an event that fires when
+        the generator returns). It reads and acts on the model through the objects it is given
+        (``sim.devices``, ``sim.device_states()``, ``device.set_level``, …). It does not keep
+        the run alive: :meth:`run` ends when the last request leaves, whatever processes wait."""
+        env = self.loop.env
+        return env.process(fn(env, *args))
 
     def set_policy(self, policy: Policy | PolicyConfig | str) -> None:
         """Switch the policy; decisions from now on use the new one."""
