@@ -49,6 +49,7 @@ from edgeserve.records import DeviceSample, Outcome
 from sim.batching import BatchEngine, Engine, StepModel
 from sim.cloud import CloudServer
 from sim.config import LinkConfig
+from sim.device_network import DeviceNetwork
 from sim.job import Job
 from sim.loop import EventLoop
 from sim.network import Link
@@ -195,6 +196,8 @@ class Device:
         self.power_scales = [lv.power_scale for lv in profile.dvfs]
         self.level = 0
         self.scale = 1.0
+        self.enc_scale = 1.0  # the encoder unit's clock (differs from scale on a network)
+        self.llm_scale = 1.0  # the engine's unit's clock (likewise)
         self._ps = self.power_scales[0]
         self.power_w = self.static_w
         self.thermal = ThermalNode(profile.thermal, loop.now)
@@ -218,7 +221,11 @@ class Device:
         self.decisions = 0
         self.offloaded = 0
         self._cpu_mean_s = 0.0
-        if self.governor_kind is GovernorKind.POWER_ALLOCATOR:
+        # a thermal_network profile: two nodes, per-unit clocks and governors (sim.device_network)
+        self.net: DeviceNetwork | None = None
+        if profile.thermal_network is not None:
+            self.net = DeviceNetwork(self, profile.thermal_network)
+        elif self.governor_kind is GovernorKind.POWER_ALLOCATOR:
             self._pid_last_j = 0.0
             self._pid_last_t = loop.now
             self._dyn_max_w = sum(c * d for c, d in zip(self._cap, self._dyn_w, strict=True))
@@ -323,6 +330,9 @@ class Device:
     # ---- power, heat, clock ----------------------------------------------------------------
     def _integrate(self, now: float) -> None:
         """Account energy, throttled time and temperature from the last change up to ``now``."""
+        if self.net is not None:
+            self.net.integrate(now)
+            return
         dt = now - self._t_last
         if dt > 0.0:
             p = self.power_w
@@ -344,6 +354,9 @@ class Device:
         if (b < self._cap[unit]) if delta > 0 else (b <= self._cap[unit]):
             # beyond cap: a shared unit, already counted
             self._dyn_busy_w = dyn = self._dyn_busy_w + delta * self._dyn_w[unit]
+            if self.net is not None:
+                self.net.power_changed()
+                return
             # _power_changed, inlined: this runs several times per request
             now = self.loop.now
             dt = now - self._t_last
@@ -369,6 +382,9 @@ class Device:
                     self._plan_thermal()
 
     def _power_changed(self) -> None:
+        if self.net is not None:
+            self.net.power_changed()
+            return
         self._integrate(self.loop.now)
         self.power_w = self.static_w + self._dyn_busy_w * self._ps
         if self._stepwise:
@@ -432,7 +448,7 @@ class Device:
     def _apply_level(self, level: int) -> None:
         self._integrate(self.loop.now)
         self.level = level
-        self.scale = self.levels[level].scale
+        self.scale = self.enc_scale = self.llm_scale = self.levels[level].scale
         self._ps = self.power_scales[level]
         self._power_changed()
         self.engine.retime(self.scale)
@@ -443,6 +459,9 @@ class Device:
 
     def set_level(self, level: int) -> None:
         """Force a clock level (tests, what-if UIs); the governor may change it again."""
+        if self.net is not None:
+            self.net.force(level)
+            return
         self._apply_level(max(0, min(level, len(self.levels) - 1)))
 
     # ---- the local pipeline -----------------------------------------------------------------
@@ -589,7 +608,7 @@ class Device:
         m = self._enc_mean_s
         self._enc_mean_s = m + 0.05 * (d - m)
         loop = self.loop
-        loop.at(loop.now + d * self.scale, self._enc_done_cb, job)
+        loop.at(loop.now + d * self.enc_scale, self._enc_done_cb, job)
 
     def _enc_done(self, arg: Any) -> None:
         job: Job = arg

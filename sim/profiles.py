@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from sim.fitted_range import FittedRange
 from sim.schema import fraction, non_negative, positive, require
+from sim.thermal_network_config import ThermalNetworkConfig
 
 #: Request features a service-time model may depend on (linear coefficients in ``per``).
 FEATURES = (
@@ -353,7 +354,8 @@ class DeviceProfile:
     name: str
     units: dict[str, UnitConfig]
     stages: dict[str, StageConfig]
-    thermal: ThermalConfig
+    # the single RC node; a profile with thermal_network may leave it out (then unused)
+    thermal: ThermalConfig = field(default_factory=lambda: ThermalConfig(1.0, 1.0))
     description: str = ""
     sources: list[str] = field(default_factory=list)
     assumed: list[str] = field(default_factory=list)
@@ -367,9 +369,20 @@ class DeviceProfile:
     # the sizes a calibrated profile was fitted on (``edgeserve calibrate`` writes it; None:
     # not calibrated, or calibrated before it was recorded)
     fitted_range: FittedRange | None = None
+    # junction and skin nodes with per-unit clocks and governors (None: the single node above)
+    thermal_network: ThermalNetworkConfig | None = None
 
     def __post_init__(self) -> None:
         non_negative(self.base_w, "base_w")
+        if self.thermal_network is not None:
+            tn = self.thermal_network
+            for u in tn.clocks:
+                require(u in self.units, f"thermal_network.clocks.{u}",
+                        f"no unit {u!r} (units: {', '.join(self.units)})")
+            for i, g in enumerate(tn.governors):
+                for u in g.units:
+                    require(u in self.units, f"thermal_network.governors[{i}].units",
+                            f"no unit {u!r} (units: {', '.join(self.units)})")
         require(self.host is None or self.llm.step is not None, "host",
                 "shared cores are modelled for the vLLM V1 step engine only: the profile needs "
                 "llm.step")

@@ -201,8 +201,10 @@ class Simulation:
         """Static device facts for the trace header (what a replay needs for trip lines)."""
         return {
             d.name: {
-                "trip_temps_c": [t.temp_c for t in d.profile.thermal.trips],
-                "ambient_c": d.profile.thermal.ambient_c,
+                "trip_temps_c": [t.temp_c for t in d.profile.thermal.trips]
+                if d.profile.thermal_network is None else d.profile.thermal_network.trip_temps_c(),
+                "ambient_c": d.profile.thermal.ambient_c
+                if d.profile.thermal_network is None else d.profile.thermal_network.ambient_c,
                 "clock_levels": len(d.levels),
                 "battery_capacity_wh": d.battery_capacity_wh,
             }
