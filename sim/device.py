@@ -295,7 +295,7 @@ class Device:
             running += e.in_flight()
         return DeviceSample(
             t_s=now, device=self.name, temp_c=self.thermal.temp_c, clock_level=level,
-            clock_scale=self.scale, power_w=self.power_w, battery_wh=battery_wh,
+            clock_scale=self.llm_scale, power_w=self.power_w, battery_wh=battery_wh,
             queue=queue, running=running,
             offload_share=self.offloaded / self.decisions if self.decisions else 0.0,
             throttled=level > 0)
