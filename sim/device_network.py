@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sim.governors import Governor, make_governor
+from sim.migration import MigrationRecord, Migrator
 from sim.thermal_network import TwoNodeNetwork
 from sim.thermal_network_config import ThermalNetworkConfig
 
@@ -56,6 +57,8 @@ class DeviceNetwork:
             units = [names.index(u) for u in g.units]
             top = max(self.clocks[u].max_level for u in units)
             self.govs.append((make_governor(g, top), g.node.value, units))
+        self.migrators = [Migrator(m) for m in cfg.migrations]
+        self.migrations: list[MigrationRecord] = []
         self._t_last = dev.loop.now
         self._nominal_j = [0.0] * len(names)  # each unit's dynamic energy at full clock
         self._poll_last_t = dev.loop.now
@@ -120,12 +123,40 @@ class DeviceNetwork:
             lv = gov.update(self.net.temp_c(node), dt, power_at)
             for u in units:
                 want[u] = max(want[u], min(lv, self.clocks[u].max_level))
-        if want != [c.level for c in self.clocks]:
+        changed = want != [c.level for c in self.clocks]
+        if changed:
             for c, lv in zip(self.clocks, want, strict=True):
                 c.level = lv
+        if self.migrators and self._migrate(now):
+            changed = True
+        if changed:
             self._apply()
         if d.active:
             d.loop.after(self.cfg.poll_s, self._on_poll)
+
+    def _migrate(self, now: float) -> bool:
+        """Decide moves from the present levels; carry out pending ones while the encoder is idle.
+        True when the encoder changed unit."""
+        d = self.dev
+        names = d.unit_names
+        moved = False
+        for m in self.migrators:
+            home = names.index(m.cfg.units[0])
+            why = m.decide(self.clocks[home].level)
+            if why is not None:
+                src, dst = names.index(m.unit), names.index(m.target)
+                law_src = self.cfg.clocks.get(m.unit)
+                law_dst = self.cfg.clocks.get(m.target)
+                self.migrations.append(MigrationRecord(
+                    now, d.name, m.cfg.stage, m.unit, m.target, why,
+                    self.clocks[src].level, self.clocks[dst].level,
+                    law_src.efficiency(self.clocks[src].level) if law_src else None,
+                    law_dst.efficiency(self.clocks[dst].level) if law_dst else None))
+            if m.pending and d._enc_free == d.enc_servers:  # idle: nothing to move mid-service
+                m.moved()
+                d._enc_u = names.index(m.unit)
+                moved = True
+        return moved
 
     def _apply(self) -> None:
         """New unit levels: power from now, and the clocks the device's work runs at."""
@@ -136,6 +167,8 @@ class DeviceNetwork:
         if d._enc_u >= 0:
             enc = self.clocks[d._enc_u]
             d.enc_scale = enc.scales[enc.level]
+            for m in self.migrators:
+                d.enc_scale *= m.cfg.speed.get(m.unit, 1.0)
         llm = self.clocks[d._llm_u]
         d.level = llm.level
         d.llm_scale = llm.scales[llm.level]

@@ -36,11 +36,23 @@ class ClockLaw:
     levels: int = 8
     min_clock: float = 0.4
     power_exponent: float = 2.5
+    # work per joule of dynamic energy at full clock (TOPS/W, or tokens/J); None: not given
+    tops_per_w: float | None = None
 
     def __post_init__(self) -> None:
         require(self.levels >= 1, "levels", f"must be >= 1, got {self.levels}")
         require(0 < self.min_clock <= 1, "min_clock", f"must be within (0, 1], got {self.min_clock}")
         positive(self.power_exponent, "power_exponent")
+        if self.tops_per_w is not None:
+            positive(self.tops_per_w, "tops_per_w")
+
+    def efficiency(self, level: int) -> float | None:
+        """Work per joule at ``level``: work ∝ f, dynamic power ∝ f^exponent, so it grows as the
+        clock falls (``tops_per_w · f^(1 − exponent)``)."""
+        if self.tops_per_w is None:
+            return None
+        f = self.clocks()[min(level, self.levels - 1)]
+        return self.tops_per_w * f ** (1.0 - self.power_exponent)
 
     def clocks(self) -> list[float]:
         """Clock fraction of each level, fastest first."""
@@ -149,6 +161,32 @@ class NetGovernorConfig:
 
 
 @dataclass(slots=True, frozen=True)
+class MigrationConfig:
+    """Move a stage off its hot unit and back, with hysteresis (``migrations:``).
+
+    The stage runs on ``units[0]`` (its home, the profile's unit for it); when that unit's clock
+    level reaches ``hot_level`` it moves to ``units[1]``; when the home unit is back at or below
+    ``cool_level`` it returns. A move takes effect when the stage's servers are idle. ``speed``:
+    the stage's service time on a unit relative to its model (default 1; a GPU running an NPU's
+    encoder more slowly: 1.5). Only the vision encoder (``encode``) migrates.
+    """
+
+    stage: str
+    units: list[str]
+    hot_level: int = 2
+    cool_level: int = 0
+    speed: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        require(self.stage == "encode", "stage", f"only 'encode' migrates, got {self.stage!r}")
+        require(len(self.units) == 2, "units", "name the home unit and the one to move to")
+        require(self.hot_level > self.cool_level >= 0, "hot_level",
+                f"must be above cool_level ({self.cool_level}) for hysteresis, got {self.hot_level}")
+        for u, v in self.speed.items():
+            positive(v, f"speed.{u}")
+
+
+@dataclass(slots=True, frozen=True)
 class ThermalNetworkConfig:
     """Junction and skin nodes, their resistances, per-unit clock ladders and the governors.
 
@@ -167,6 +205,7 @@ class ThermalNetworkConfig:
     poll_s: float = 0.25
     clocks: dict[str, ClockLaw] = field(default_factory=dict)
     governors: list[NetGovernorConfig] = field(default_factory=list)
+    migrations: list[MigrationConfig] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         positive(self.junction_c_j_per_c, "junction_c_j_per_c")
