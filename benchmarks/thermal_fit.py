@@ -80,7 +80,8 @@ def decode_rate(records: list[RequestRecord], at_s: np.ndarray, window_s: float)
     return out
 
 
-def simulate(profile: str, t_end_s: float) -> list[RequestRecord]:
+def simulate(profile: str, t_end_s: float
+             ) -> tuple[list[RequestRecord], list[tuple[float, float]]]:
     prof = load_device_profile(profile)
     raw_prof = {"llm.max_batch": 1}
     scenario = scenario_from_raw({
@@ -95,8 +96,12 @@ def simulate(profile: str, t_end_s: float) -> list[RequestRecord]:
     sim = Simulation(scenario)
     records: list[RequestRecord] = []
     sim.add_record_sink(records.append)
+    dev = sim.devices[0]
+    junction: list[tuple[float, float]] = []
+    sim.add_sample_sink(lambda smp: junction.append(
+        (smp.t_s, dev.net.net.junction_c if dev.net is not None else smp.temp_c)))
     sim.run_until(t_end_s)
-    return records
+    return records, junction
 
 
 def compare(records: list[RequestRecord], curve: Curve, window_s: float, reference: float
@@ -127,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         fitted = read_curve(CURVES / case.fitted)
         held = read_curve(CURVES / case.held_out)
         t_end = max(fitted.t_s[-1], held.t_s[-1]) + 1.0
-        records = simulate(case.profile, t_end)
+        records, junction = simulate(case.profile, t_end)
         fig, ax = plt.subplots(figsize=(8, 4.5))
         for label, curve, window, style in (("fitted", fitted, case.fitted_window_s, "o"),
                                             ("held out", held, case.held_out_window_s, "s")):
@@ -138,10 +143,16 @@ def main(argv: list[str] | None = None) -> int:
             worst = float(np.nanmax(np.abs(err[judged]))) if judged.any() else 0.0
             ok = worst <= TOLERANCE
             failed += not ok and label == "fitted"  # held-out curves are reported, not required
+            temp = ""
+            if curve.has_temp:
+                jt, jc = np.array(junction).T
+                at = np.isfinite(curve.temp_c)
+                dt = np.interp(curve.t_s[at], jt, jc) - curve.temp_c[at]
+                temp = f"  junction rms {float(np.sqrt(np.mean(dt ** 2))):.1f} °C"
             print(f"{case.profile:<17} {label:<9} {curve_name(curve, case, label):<42} "
                   f"points {int(judged.sum()):>3}  max |err| {worst:6.1%}  "
                   f"rms {float(np.sqrt(np.nanmean(err[judged] ** 2))):6.1%}  "
-                  f"{'PASS' if ok else 'FAIL'}")
+                  f"{'PASS' if ok else 'FAIL'}{temp}")
             ax.plot(curve.t_s, meas, style, label=f"measured ({label}: {curve_name(curve, case, label)})")
             ax.plot(curve.t_s, simu, style, mfc="none", ls="none",
                     label=f"simulated at those points, {window:g} s windows")

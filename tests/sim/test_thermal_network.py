@@ -181,3 +181,26 @@ def test_a_governor_naming_an_unknown_unit_is_a_config_error() -> None:
     prof["thermal_network"] = {**NET, "governors": [{**JUNCTION, "units": ["gpu"]}]}
     with pytest.raises(ConfigError, match=r"governors\[0\].units: no unit 'gpu'"):
         scenario_from_raw({"name": "x", "devices": [{"name": "d", "profile": prof}]})
+
+
+def test_firmware_steps_down_from_the_soft_limit_and_drops_at_the_hard_limit() -> None:
+    """Raspberry Pi firmware: from 80 °C one level per poll down to the soft floor, at 85 °C at
+    once to the hard level, back up one level per poll below 80 − 2 °C."""
+    from sim.governors import Firmware
+    from sim.thermal_network_config import FirmwareConfig
+
+    gov = Firmware(FirmwareConfig(soft_c=80.0, hard_c=85.0, soft_floor_level=3, hard_level=7,
+                                  hysteresis_c=2.0), max_level=9)
+    temps = [79.9, 80.0, 81.0, 82.0, 83.0, 84.0, 85.0, 84.0, 84.0, 84.0, 84.0, 79.0, 77.9, 77.0,
+             76.0, 75.0]
+    levels = [gov.update(t, 0.25, lambda lv: 0.0) for t in temps]
+    assert levels == [0, 1, 2, 3, 3, 3, 7, 6, 5, 4, 3, 3, 2, 1, 0, 0]
+
+
+def test_step_wise_is_one_level_per_poll() -> None:
+    from sim.governors import StepWise
+    from sim.thermal_network_config import StepWiseConfig
+
+    gov = StepWise(StepWiseConfig(trip_c=90.0, hysteresis_c=1.0), max_level=2)
+    levels = [gov.update(t, 0.25, lambda lv: 0.0) for t in (89, 90, 95, 95, 89.5, 88.9, 80, 80)]
+    assert levels == [0, 1, 2, 2, 2, 1, 0, 0]
