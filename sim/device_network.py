@@ -135,27 +135,34 @@ class DeviceNetwork:
             d.loop.after(self.cfg.poll_s, self._on_poll)
 
     def _migrate(self, now: float) -> bool:
-        """Decide moves from the present levels; carry out pending ones while the encoder is idle.
-        True when the encoder changed unit."""
+        """Decide and carry out moves from the present levels; True when a stage changed unit."""
         d = self.dev
         names = d.unit_names
         moved = False
         for m in self.migrators:
             home = names.index(m.cfg.units[0])
             why = m.decide(self.clocks[home].level)
-            if why is not None:
-                src, dst = names.index(m.unit), names.index(m.target)
-                law_src = self.cfg.clocks.get(m.unit)
-                law_dst = self.cfg.clocks.get(m.target)
-                self.migrations.append(MigrationRecord(
-                    now, d.name, m.cfg.stage, m.unit, m.target, why,
-                    self.clocks[src].level, self.clocks[dst].level,
-                    law_src.efficiency(self.clocks[src].level) if law_src else None,
-                    law_dst.efficiency(self.clocks[dst].level) if law_dst else None))
-            if m.pending and d._enc_free == d.enc_servers:  # idle: nothing to move mid-service
-                m.moved()
-                d._enc_u = names.index(m.unit)
-                moved = True
+            if why is None:
+                continue
+            src, dst = names.index(m.unit), names.index(m.target)
+            law_src = self.cfg.clocks.get(m.unit)
+            law_dst = self.cfg.clocks.get(m.target)
+            self.migrations.append(MigrationRecord(
+                now, d.name, m.cfg.stage, m.unit, m.target, why,
+                self.clocks[src].level, self.clocks[dst].level,
+                law_src.efficiency(self.clocks[src].level) if law_src else None,
+                law_dst.efficiency(self.clocks[dst].level) if law_dst else None))
+            # the servers at work move with the stage (their power counts on the new unit)
+            if m.cfg.stage == "image":
+                busy = d.cores - len(d._free_cores)
+                d._cpu_u = dst
+            else:
+                busy = d.enc_servers - d._enc_free
+                d._enc_u = dst
+            d._busy[src] -= busy
+            d._busy[dst] += busy
+            m.moved()
+            moved = True
         return moved
 
     def _apply(self) -> None:
@@ -167,7 +174,10 @@ class DeviceNetwork:
         if d._enc_u >= 0:
             enc = self.clocks[d._enc_u]
             d.enc_scale = enc.scales[enc.level]
-            for m in self.migrators:
+        for m in self.migrators:  # a migrated stage runs at its unit's speed for it
+            if m.cfg.stage == "image":
+                d.scale *= m.cfg.speed.get(m.unit, 1.0)
+            else:
                 d.enc_scale *= m.cfg.speed.get(m.unit, 1.0)
         llm = self.clocks[d._llm_u]
         d.level = llm.level

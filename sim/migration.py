@@ -4,7 +4,8 @@ Picture a phone whose NPU runs both the encoder and the language model: when the
 has pulled it ``hot_level`` steps down, the encoder moves to the GPU (slower for it, but cooler
 silicon, and it takes the encoder's heat off the NPU's budget); when the NPU is back at
 ``cool_level`` or above full clock the encoder returns. The gap between the two levels is the
-hysteresis that keeps it from bouncing at every poll. Each move is a :class:`MigrationRecord`, as
+hysteresis that keeps it from bouncing at every poll. Image preprocessing moves the same way
+between a big and a little CPU cluster. Each move is a :class:`MigrationRecord`, as
 each offload is a decision on its request's record.
 """
 
@@ -34,12 +35,11 @@ class MigrationRecord:
 class Migrator:
     """Decides, poll by poll, where one stage runs."""
 
-    __slots__ = ("cfg", "on_home", "pending")
+    __slots__ = ("cfg", "on_home")
 
     def __init__(self, cfg: MigrationConfig) -> None:
         self.cfg = cfg
         self.on_home = True  # where the stage runs now
-        self.pending = False  # a move is decided, waiting for the stage's servers to be idle
 
     @property
     def unit(self) -> str:
@@ -47,13 +47,11 @@ class Migrator:
 
     @property
     def target(self) -> str:
-        """The unit of the pending move (``unit`` when none)."""
-        return self.cfg.units[1] if self.on_home == self.pending else self.cfg.units[0]
+        """The other unit."""
+        return self.cfg.units[1] if self.on_home else self.cfg.units[0]
 
     def decide(self, home_level: int) -> str | None:
-        """Given the home unit's clock level, the reason to move now (marks the move pending)."""
-        if self.pending:
-            return None
+        """Given the home unit's clock level, the reason to move now, or None."""
         c = self.cfg
         if self.on_home and home_level >= c.hot_level:
             why = f"{c.units[0]} at clock level {home_level} >= {c.hot_level}"
@@ -61,10 +59,7 @@ class Migrator:
             why = f"{c.units[0]} back at clock level {home_level} <= {c.cool_level}"
         else:
             return None
-        self.pending = True
         return why
 
     def moved(self) -> None:
-        """The pending move took effect."""
         self.on_home = not self.on_home
-        self.pending = False

@@ -387,18 +387,20 @@ class DeviceProfile:
                 for u in m.units:
                     require(u in self.units, f"thermal_network.migrations[{i}].units",
                             f"no unit {u!r} (units: {', '.join(self.units)})")
-                enc = self.stages.get(m.stage)
-                require(enc is not None and enc.unit == m.units[0],
+                image = m.stage == "image"
+                st = self.stages.get("image_decode" if image else m.stage)
+                require(st is not None and st.unit == m.units[0],
                         f"thermal_network.migrations[{i}].units",
                         f"the first unit must be the {m.stage} stage's own unit")
                 require(self.units[m.units[0]].count == self.units[m.units[1]].count,
                         f"thermal_network.migrations[{i}].units",
                         "both units need the same number of servers")
-                require(self.units[m.units[0]].kind is not UnitKind.CPU
-                        and self.units[m.units[1]].kind is not UnitKind.CPU,
+                cpu = [self.units[u].kind is UnitKind.CPU for u in m.units]
+                require(all(cpu) if image else not any(cpu),
                         f"thermal_network.migrations[{i}].units",
-                        "the encoder migrates between accelerators (an encoder on the CPU runs "
-                        "in the preprocessing worker)")
+                        "image stages move between CPU clusters" if image else
+                        "the encoder moves between accelerators (an encoder on the CPU runs in "
+                        "the preprocessing worker)")
         require(self.host is None or self.llm.step is not None, "host",
                 "shared cores are modelled for the vLLM V1 step engine only: the profile needs "
                 "llm.step")

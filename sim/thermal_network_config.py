@@ -166,9 +166,11 @@ class MigrationConfig:
 
     The stage runs on ``units[0]`` (its home, the profile's unit for it); when that unit's clock
     level reaches ``hot_level`` it moves to ``units[1]``; when the home unit is back at or below
-    ``cool_level`` it returns. A move takes effect when the stage's servers are idle. ``speed``:
-    the stage's service time on a unit relative to its model (default 1; a GPU running an NPU's
-    encoder more slowly: 1.5). Only the vision encoder (``encode``) migrates.
+    ``cool_level`` it returns. ``speed``: the stage's service time on a unit relative to its
+    model (default 1; a GPU running an NPU's encoder: 1.5, a little core: 2). ``stage`` is
+    ``encode`` (the vision encoder, between accelerators) or ``image`` (decode, resize and
+    normalize: the preprocessing workers, between CPU clusters of as many cores). Work in
+    progress keeps its end time; its power counts on the new unit from the move.
     """
 
     stage: str
@@ -178,7 +180,8 @@ class MigrationConfig:
     speed: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        require(self.stage == "encode", "stage", f"only 'encode' migrates, got {self.stage!r}")
+        require(self.stage in ("encode", "image"), "stage",
+                f"'encode' or 'image' migrate, got {self.stage!r}")
         require(len(self.units) == 2, "units", "name the home unit and the one to move to")
         require(self.hot_level > self.cool_level >= 0, "hot_level",
                 f"must be above cool_level ({self.cool_level}) for hysteresis, got {self.hot_level}")

@@ -85,3 +85,40 @@ def test_the_first_unit_must_be_the_stage_s_own() -> None:
     prof = profile(units=["gpu", "npu"])
     with pytest.raises(ConfigError, match="the first unit must be the encode stage's own unit"):
         scenario_from_raw({"name": "x", "devices": [{"name": "d", "profile": prof}]})
+
+
+def test_image_stages_move_to_the_little_cluster_and_back() -> None:
+    """A big core (30 W busy) decoding images in 90 ms, a little core (2 W) taking twice as long;
+    the governor throttles only the big cluster."""
+    prof = one_core_profile({"kind": "deterministic", "base_s": 0.09})
+    prof["units"] = {"big": {"kind": "cpu", "count": 1, "idle_w": 0.0, "active_w": 30.0},
+                     "little": {"kind": "cpu", "count": 1, "idle_w": 0.0, "active_w": 2.0}}
+    for st in prof["stages"].values():
+        st["unit"] = "big"
+    prof["thermal_network"] = {
+        "junction_c_j_per_c": 1.0, "skin_c_j_per_c": 100.0, "r_junction_skin_c_per_w": 4.0,
+        "r_skin_ambient_c_per_w": 3.0, "poll_s": 0.1,
+        "clocks": {"big": {"levels": 8, "min_clock": 0.3}, "little": {"levels": 4}},
+        "governors": [{"node": "junction", "units": ["big"],
+                       "step_wise": {"trip_c": 50.0, "hysteresis_c": 1.0}}],
+        "migrations": [{"stage": "image", "units": ["big", "little"], "hot_level": 2,
+                        "cool_level": 0, "speed": {"little": 1.7}}],
+    }
+    sim = Simulation(scenario_from_raw({
+        "name": "big-little", "duration_s": 60, "sample_interval_s": 1.0,
+        "devices": [{"name": "d", "profile": prof,
+                     "workload": {"kind": "periodic", "fps": 4, "output_tokens": [1, 1]}}]}))
+    records: list[RequestRecord] = []
+    sim.add_record_sink(records.append)
+    sim.run_until(60.0)
+    dev = sim.devices[0]
+    assert dev.net is not None
+    moves = dev.net.migrations
+    assert [(m.from_unit, m.to_unit) for m in moves[:4]] == [("big", "little"), ("little", "big")] * 2
+    assert all(m.from_level >= 2 for m in moves if m.to_unit == "little")
+    assert all(m.to_level == 0 for m in moves if m.to_unit == "big")
+    took = [r.decode_end_s - r.preproc_start_s for r in records
+            if r.decode_end_s is not None and r.preproc_start_s is not None]
+    # on the little core 1.7 × 90 ms, a time no big-core level gives (90 ms / f, f = 1, 0.9, …)
+    assert any(abs(t - 0.153) < 1e-9 for t in took)
+    assert any(abs(t - 0.09) < 1e-9 for t in took)  # on the big core at full clock
