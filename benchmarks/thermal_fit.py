@@ -160,11 +160,20 @@ def main(argv: list[str] | None = None) -> int:
         ax.plot(t, decode_rate(records, t, 5.0) / decode_rate(records, np.array([SKIP_S]),
                                                               SKIP_S)[0],
                 "-", lw=0.8, color="gray", label="simulated, 5 s windows")
+        if fitted.has_temp:  # the junction against the measured temperatures
+            ax2 = ax.twinx()
+            jt, jc = np.array(junction).T
+            ax2.plot(jt, jc, "-", lw=0.8, color="tab:red", label="simulated junction °C")
+            at = np.isfinite(fitted.temp_c)
+            ax2.plot(fitted.t_s[at], fitted.temp_c[at], "^", color="tab:red",
+                     label="measured °C (fitted)")
+            ax2.set_ylabel("temperature (°C)")
+            ax2.legend(fontsize=7, loc="lower right")
         ax.set_xlabel("time under continuous decode (s)")
-        ax.set_ylabel("decode throughput / first point")
+        ax.set_ylabel("decode throughput (or clock) / first point")
         ax.set_ylim(0, 1.15)
         ax.set_title(f"{case.profile}: thermal network vs published curves")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="lower left")
         fig.tight_layout()
         png = args.out / f"thermal_fit_{case.profile}.png"
         fig.savefig(png, dpi=110)
