@@ -114,3 +114,19 @@ def _plain(x: object) -> object:
     if hasattr(x, "value") and isinstance(x.value, str):
         return x.value
     return x
+
+
+def test_the_shipped_phone_profile_throttles_early_then_settles_deeper() -> None:
+    """phone-soc under continuous decode: full clock at first, a quarter or more gone within the
+    first minute (the junction), and lower still after five (the skin)."""
+    from sim.config import load_device_profile
+
+    prof = load_device_profile("phone-soc")
+    assert prof.thermal_network is not None
+    t = np.array([10.0, 60.0, 300.0, 900.0])
+    frac, temp = predict(prof.thermal_network, prof, LOAD, Curve(t, np.ones(4), np.full(4, np.nan)),
+                         window_s=10.0)
+    assert frac[0] == 1.0
+    assert frac[1] <= 0.75
+    assert frac[2] < frac[1] and frac[3] < 0.65
+    assert max(temp) < 91.5  # the junction held near its 90 °C trip
