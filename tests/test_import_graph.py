@@ -3,8 +3,9 @@
 Every ``.py`` file under the project's packages is parsed with :mod:`ast`; each ``import`` and
 ``from … import`` statement — at module level or inside a function, relative ones resolved
 against the file's package — is an edge to the project module it names (``from pkg import name``
-is an edge to ``pkg.name`` where that is a module, else to ``pkg``). A circle among these edges
-is a pair of modules that can only be read (and imported) together.
+is an edge to ``pkg.name`` where that is a module, else to ``pkg``). Imports under
+``if TYPE_CHECKING:`` are left out: they name a type for annotations and never run. A circle
+among these edges is a pair of modules that can only be read (and imported) together.
 """
 
 from __future__ import annotations
@@ -47,7 +48,12 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
         if target and target != name:
             found.add(target)
 
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    type_only = {id(n) for block in ast.walk(tree) if _is_type_checking_block(block)
+                 for stmt in block.body for n in ast.walk(stmt)}  # type: ignore[attr-defined]
+    for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
         if isinstance(node, ast.Import):
             for alias in node.names:
                 add(alias.name)
@@ -62,6 +68,15 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
                 full = f"{origin}.{alias.name}"
                 add(full if full in modules else origin)
     return found
+
+
+def _is_type_checking_block(node: ast.AST) -> bool:
+    """``if TYPE_CHECKING:`` (or ``if typing.TYPE_CHECKING:``)."""
+    if not isinstance(node, ast.If):
+        return False
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
 def import_graph() -> dict[str, set[str]]:

@@ -19,6 +19,10 @@ fraction with relative errors, each measured latency figure beside its own 95 % 
 bootstrap over 10 s of arrivals: could another run of the same load have shown the simulated
 figure?) (``--pool``: the traces as repeated runs of one kind, compared as one); with ``--out-dir`` it writes the table as JSON and the
 measured-vs-simulated CDFs as PNG (see :mod:`sim.fit.validate`).
+
+``edgeserve calibrate thermal CURVE.csv --profile P [--out PROFILE.yaml]`` fits a profile's thermal
+network (heat capacities, resistances, optionally the clock law) to a measured throughput-or-clock
+curve (see :mod:`edgeserve.cli.calibrate_thermal`).
 """
 
 from __future__ import annotations
@@ -33,7 +37,8 @@ def add_parser(subparsers: Any, help_: str) -> None:
     p = subparsers.add_parser("calibrate", help=help_, description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("traces", nargs="+", type=Path, metavar="TRACE",
-                   help="trace files (JSON Lines); or 'validate PROFILE HELDOUT...'")
+                   help="trace files (JSON Lines); or 'validate PROFILE HELDOUT...'; or "
+                        "'thermal CURVE.csv --profile P'")
     p.add_argument("--out", type=Path, help="profile YAML to write (required unless validate)")
     p.add_argument("--out-dir", type=Path,
                    help="validate: write validation.json and the CDF plots here")
@@ -47,12 +52,19 @@ def add_parser(subparsers: Any, help_: str) -> None:
                         "as one, pooling their measured requests and their replays")
     p.add_argument("--base", help="profile to start from (shipped name or YAML path)")
     p.add_argument("--name", help="profile name (default: the --out file's stem)")
+    from edgeserve.cli.calibrate_thermal import add_arguments
+
+    add_arguments(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.traces and str(args.traces[0]) == "validate":
         return run_validate(args.traces[1:], args.out_dir, max(1, args.seeds), pool=args.pool)
+    if args.traces and str(args.traces[0]) == "thermal":
+        from edgeserve.cli.calibrate_thermal import run_thermal
+
+        return run_thermal(args.traces[1:], args)
     if args.out is None:
         print("edgeserve calibrate: --out PROFILE.yaml is required", file=sys.stderr)
         return 2

@@ -48,6 +48,7 @@ from typing import Any
 from edgeserve.records import DeviceSample, Outcome
 from sim.core.batching import BatchEngine, Engine, StepModel
 from sim.core.cloud import CloudServer
+from sim.core.device_network import DeviceNetwork
 from sim.core.job import Job
 from sim.core.loop import EventLoop
 from sim.core.network import Link
@@ -195,6 +196,8 @@ class Device:
         self.power_scales = [lv.power_scale for lv in profile.dvfs]
         self.level = 0
         self.scale = 1.0
+        self.enc_scale = 1.0  # the encoder unit's clock (differs from scale on a network)
+        self.llm_scale = 1.0  # the engine's unit's clock (likewise)
         self._ps = self.power_scales[0]
         self.power_w = self.static_w
         self.thermal = ThermalNode(profile.thermal, loop.now)
@@ -218,7 +221,11 @@ class Device:
         self.decisions = 0
         self.offloaded = 0
         self._cpu_mean_s = 0.0
-        if self.governor_kind is GovernorKind.POWER_ALLOCATOR:
+        # a thermal_network profile: two nodes, per-unit clocks and governors (sim.core.device_network)
+        self.net: DeviceNetwork | None = None
+        if profile.thermal_network is not None:
+            self.net = DeviceNetwork(self, profile.thermal_network)
+        elif self.governor_kind is GovernorKind.POWER_ALLOCATOR:
             self._pid_last_j = 0.0
             self._pid_last_t = loop.now
             self._dyn_max_w = sum(c * d for c, d in zip(self._cap, self._dyn_w, strict=True))
@@ -280,7 +287,7 @@ class Device:
         level = self.level
         return DeviceSample(
             t_s=now, device=self.name, temp_c=self.thermal.temp_c, clock_level=level,
-            clock_scale=self.scale, power_w=self.power_w, battery_wh=battery_wh,
+            clock_scale=self.llm_scale, power_w=self.power_w, battery_wh=battery_wh,
             queue=self.queue_len, running=self.running,
             offload_share=self.offloaded / self.decisions if self.decisions else 0.0,
             throttled=level > 0)
@@ -310,6 +317,9 @@ class Device:
     def account_until(self, now: float) -> None:
         """Account energy, throttled time and temperature from the last change up to ``now``
         (the device's figures are current only after this)."""
+        if self.net is not None:
+            self.net.integrate(now)
+            return
         dt = now - self._t_last
         if dt > 0.0:
             p = self.power_w
@@ -331,6 +341,9 @@ class Device:
             self._power_changed()
 
     def _power_changed(self) -> None:
+        if self.net is not None:
+            self.net.power_changed()
+            return
         self.account_until(self.loop.now)
         self.power_w = self.static_w + self._dyn_busy_w * self._ps
         if self._stepwise:
@@ -394,7 +407,7 @@ class Device:
     def _apply_level(self, level: int) -> None:
         self.account_until(self.loop.now)
         self.level = level
-        self.scale = self.levels[level].scale
+        self.scale = self.enc_scale = self.llm_scale = self.levels[level].scale
         self._ps = self.power_scales[level]
         self._power_changed()
         self.engine.retime(self.scale)
@@ -405,6 +418,9 @@ class Device:
 
     def set_level(self, level: int) -> None:
         """Force a clock level (tests, what-if UIs); the governor may change it again."""
+        if self.net is not None:
+            self.net.force(level)
+            return
         self._apply_level(max(0, min(level, len(self.levels) - 1)))
 
     # ---- the local pipeline -----------------------------------------------------------------
@@ -551,7 +567,7 @@ class Device:
         m = self._enc_mean_s
         self._enc_mean_s = m + 0.05 * (d - m)
         loop = self.loop
-        loop.at(loop.now + d * self.scale, self._enc_done_cb, job)
+        loop.at(loop.now + d * self.enc_scale, self._enc_done_cb, job)
 
     def _enc_done(self, arg: Any) -> None:
         job: Job = arg

@@ -65,6 +65,11 @@ def instances(entry: DeviceEntry, seed: str) -> Iterator[Instance]:
                                        rtt_ms=link.rtt_ms * factor(jit.link))
         if jit.ambient_c:
             th = prof.thermal
+            shift = rng.uniform(-jit.ambient_c, jit.ambient_c)
             prof = dataclasses.replace(prof, thermal=dataclasses.replace(
-                th, ambient_c=th.ambient_c + rng.uniform(-jit.ambient_c, jit.ambient_c)))
+                th, ambient_c=th.ambient_c + shift))
+            if prof.thermal_network is not None:
+                tn = prof.thermal_network
+                prof = dataclasses.replace(prof, thermal_network=dataclasses.replace(
+                    tn, ambient_c=tn.ambient_c + shift))
         yield Instance(name, prof, wl, link)

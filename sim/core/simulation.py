@@ -221,9 +221,12 @@ class Simulation:
         """Static device facts for the trace header (what a replay needs for trip lines)."""
         return {
             d.name: {
-                "trip_temps_c": [t.temp_c for t in d.profile.thermal.trips],
-                "ambient_c": d.profile.thermal.ambient_c,
-                "clock_levels": len(d.levels),
+                "trip_temps_c": [t.temp_c for t in d.profile.thermal.trips]
+                if d.profile.thermal_network is None else d.profile.thermal_network.trip_temps_c(),
+                "ambient_c": d.profile.thermal.ambient_c
+                if d.profile.thermal_network is None else d.profile.thermal_network.ambient_c,
+                "clock_levels": len(d.levels) if d.net is None
+                else d.net.clocks[d._llm_u].max_level + 1,
                 "battery_capacity_wh": d.battery_capacity_wh,
             }
             for d in self.devices

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from sim.scenario.fitted_range import FittedRange
 from sim.scenario.schema import fraction, non_negative, positive, require
+from sim.scenario.thermal_network_config import ThermalNetworkConfig
 
 #: Request features a service-time model may depend on (linear coefficients in ``per``).
 FEATURES = (
@@ -353,7 +354,8 @@ class DeviceProfile:
     name: str
     units: dict[str, UnitConfig]
     stages: dict[str, StageConfig]
-    thermal: ThermalConfig
+    # the single RC node; a profile with thermal_network may leave it out (then unused)
+    thermal: ThermalConfig = field(default_factory=lambda: ThermalConfig(1.0, 1.0))
     description: str = ""
     sources: list[str] = field(default_factory=list)
     assumed: list[str] = field(default_factory=list)
@@ -367,9 +369,38 @@ class DeviceProfile:
     # the sizes a calibrated profile was fitted on (``edgeserve calibrate`` writes it; None:
     # not calibrated, or calibrated before it was recorded)
     fitted_range: FittedRange | None = None
+    # junction and skin nodes with per-unit clocks and governors (None: the single node above)
+    thermal_network: ThermalNetworkConfig | None = None
 
     def __post_init__(self) -> None:
         non_negative(self.base_w, "base_w")
+        if self.thermal_network is not None:
+            tn = self.thermal_network
+            for u in tn.clocks:
+                require(u in self.units, f"thermal_network.clocks.{u}",
+                        f"no unit {u!r} (units: {', '.join(self.units)})")
+            for i, g in enumerate(tn.governors):
+                for u in g.units:
+                    require(u in self.units, f"thermal_network.governors[{i}].units",
+                            f"no unit {u!r} (units: {', '.join(self.units)})")
+            for i, m in enumerate(tn.migrations):
+                for u in m.units:
+                    require(u in self.units, f"thermal_network.migrations[{i}].units",
+                            f"no unit {u!r} (units: {', '.join(self.units)})")
+                image = m.stage == "image"
+                st = self.stages.get("image_decode" if image else m.stage)
+                require(st is not None and st.unit == m.units[0],
+                        f"thermal_network.migrations[{i}].units",
+                        f"the first unit must be the {m.stage} stage's own unit")
+                require(self.units[m.units[0]].count == self.units[m.units[1]].count,
+                        f"thermal_network.migrations[{i}].units",
+                        "both units need the same number of servers")
+                cpu = [self.units[u].kind is UnitKind.CPU for u in m.units]
+                require(all(cpu) if image else not any(cpu),
+                        f"thermal_network.migrations[{i}].units",
+                        "image stages move between CPU clusters" if image else
+                        "the encoder moves between accelerators (an encoder on the CPU runs in "
+                        "the preprocessing worker)")
         require(self.host is None or self.llm.step is not None, "host",
                 "shared cores are modelled for the vLLM V1 step engine only: the profile needs "
                 "llm.step")

@@ -33,8 +33,8 @@ def test_every_shipped_scenario_loads() -> None:
 
 
 @pytest.mark.parametrize(("key", "value", "message"), [
-    ("devices[0].profile.thermal.r_c_per_w", -1,
-     "scenario.devices[0].profile.thermal.r_c_per_w: must be > 0, got -1.0"),
+    ("devices[0].profile.thermal_network.r_skin_ambient_c_per_w", -1,
+     "scenario.devices[0].profile.thermal_network.r_skin_ambient_c_per_w: must be > 0, got -1.0"),
     ("devices[0].workload.rate_hz", "fast",
      "scenario.devices[0].workload.rate_hz: expected a number, got 'fast'"),
     ("devices[0].workload.kind", "lumpy",
@@ -72,7 +72,7 @@ def test_overrides_parse_yaml_values() -> None:
 def test_profile_set_tweaks_a_named_profile() -> None:
     sc = scenario_from_raw({"name": "x", "duration_s": 1, "devices": [{
         "name": "p", "profile": "phone-soc",
-        "profile_set": {"battery.initial_fraction": 0.6, "thermal.ambient_c": 35}}]})
+        "profile_set": {"battery.initial_fraction": 0.6, "thermal_network.ambient_c": 35}}]})
     prof = sc.devices[0].profile
     assert prof.battery is not None and prof.battery.initial_fraction == 0.6
-    assert prof.thermal.ambient_c == 35.0
+    assert prof.thermal_network is not None and prof.thermal_network.ambient_c == 35.0

@@ -22,7 +22,16 @@ def test_trace_header_names_each_device_with_its_trips_ambient_and_battery(tmp_p
     assert sorted(infos) == sorted(d.name for d in sim.devices)
     for d in sim.devices:
         info = infos[d.name]
-        assert info.trip_temps_c == tuple(t.temp_c for t in d.profile.thermal.trips)
-        assert info.ambient_c == d.profile.thermal.ambient_c
-        assert info.clock_levels == len(d.levels)
+        net = d.profile.thermal_network
+        if net is None:  # the single node
+            assert info.trip_temps_c == tuple(t.temp_c for t in d.profile.thermal.trips)
+            assert info.ambient_c == d.profile.thermal.ambient_c
+            assert info.clock_levels == len(d.levels)
+        else:  # the network: its governors' limits, the language model's unit's ladder
+            assert info.trip_temps_c == tuple(sorted(g.limit_c for g in net.governors))
+            assert info.ambient_c == net.ambient_c
+            llm_unit = d.profile.stages["prefill"].unit
+            law = net.clocks.get(llm_unit)
+            assert info.clock_levels == (law.levels if law is not None else len(d.levels))
         assert info.battery_capacity_wh == d.battery_capacity_wh
+    assert any(d.profile.thermal_network is not None for d in sim.devices)

@@ -1,0 +1,200 @@
+"""A device's heat as a two-node network, with per-unit clocks and per-node governors.
+
+The device (:class:`~sim.core.device.Device`) hands this object its power changes; between them the
+network is integrated exactly (:mod:`sim.core.thermal_network`). Every ``poll_s`` the governors read
+their nodes (:mod:`sim.core.governors`) and each unit takes the deepest level asked of it: the NPU can
+be throttled while the CPU is not. The device's own ``level``/``scale`` follow the unit that runs
+the language model (what the throughput and the UI show); the CPU stages use the CPU unit's scale
+and the encoder its unit's.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sim.core.governors import Governor, make_governor
+from sim.core.migration import MigrationRecord, Migrator
+from sim.core.thermal_network import TwoNodeNetwork
+from sim.scenario.thermal_network_config import ThermalNetworkConfig
+
+if TYPE_CHECKING:
+    from sim.core.device import Device
+
+
+class UnitClock:
+    """One unit's DVFS ladder and present level."""
+
+    __slots__ = ("level", "power_scales", "scales")
+
+    def __init__(self, scales: list[float], power_scales: list[float]) -> None:
+        self.scales = scales
+        self.power_scales = power_scales
+        self.level = 0
+
+    @property
+    def max_level(self) -> int:
+        return len(self.scales) - 1
+
+
+class DeviceNetwork:
+    """The network, the unit clocks and the governors of one device."""
+
+    def __init__(self, dev: Device, cfg: ThermalNetworkConfig) -> None:
+        self.dev = dev
+        self.cfg = cfg
+        self.net = TwoNodeNetwork(cfg, dev.loop.now)
+        names = dev.unit_names
+        self.clocks: list[UnitClock] = []
+        for n in names:
+            law = cfg.clocks.get(n)
+            if law is not None:
+                self.clocks.append(UnitClock([1.0 / f for f in law.clocks()], law.power_scales()))
+            else:
+                self.clocks.append(UnitClock([lv.scale for lv in dev.levels],
+                                             [lv.power_scale for lv in dev.levels]))
+        self.govs: list[tuple[Governor, str, list[int]]] = []
+        for g in cfg.governors:
+            units = [names.index(u) for u in g.units]
+            top = max(self.clocks[u].max_level for u in units)
+            self.govs.append((make_governor(g, top), g.node.value, units))
+        self.migrators = [Migrator(m) for m in cfg.migrations]
+        self.migrations: list[MigrationRecord] = []
+        self._t_last = dev.loop.now
+        self._nominal_j = [0.0] * len(names)  # each unit's dynamic energy at full clock
+        self._poll_last_t = dev.loop.now
+        self._poll_last_j = [0.0] * len(names)
+        dev.thermal.temp_c = self.net.junction_c
+        dev.power_w = self.power_w()
+        dev.loop.after(cfg.poll_s, self._on_poll)
+
+    # ---- power --------------------------------------------------------------------------
+    def _busy_w(self, u: int) -> float:
+        d = self.dev
+        b = d._busy[u]
+        cap = d._cap[u]
+        return (b if b < cap else cap) * d._dyn_w[u]
+
+    def power_w(self) -> float:
+        p = self.dev.static_w
+        for u, c in enumerate(self.clocks):
+            p += self._busy_w(u) * c.power_scales[c.level]
+        return p
+
+    def integrate(self, now: float) -> None:
+        dt = now - self._t_last
+        if dt <= 0.0:
+            return
+        d = self.dev
+        p = d.power_w
+        d.energy_j += p * dt
+        if any(c.level for c in self.clocks):
+            d.throttled_s += dt
+        for u in range(len(self.clocks)):
+            self._nominal_j[u] += self._busy_w(u) * dt
+        self._t_last = now
+        d._t_last = now
+        self.net.advance(now, p)
+        d.thermal.temp_c = self.net.junction_c
+        d.thermal.t_s = now
+
+    def power_changed(self) -> None:
+        self.integrate(self.dev.loop.now)
+        self.dev.power_w = self.power_w()
+
+    # ---- governors ----------------------------------------------------------------------
+    def _on_poll(self, arg: Any) -> None:
+        d = self.dev
+        now = d.loop.now
+        self.integrate(now)
+        dt = now - self._poll_last_t
+        self._poll_last_t = now
+        demand = [(j - j0) / dt if dt > 0 else 0.0
+                  for j, j0 in zip(self._nominal_j, self._poll_last_j, strict=True)]
+        self._poll_last_j = list(self._nominal_j)
+        want = [0] * len(self.clocks)
+        for gov, node, units in self.govs:
+            others = d.static_w + sum(demand[u] * c.power_scales[c.level]
+                                      for u, c in enumerate(self.clocks) if u not in units)
+
+            def power_at(lv: int, units: list[int] = units, others: float = others) -> float:
+                return others + sum(demand[u] * self.clocks[u].power_scales[
+                    min(lv, self.clocks[u].max_level)] for u in units)
+
+            lv = gov.update(self.net.temp_c(node), dt, power_at)
+            for u in units:
+                want[u] = max(want[u], min(lv, self.clocks[u].max_level))
+        changed = want != [c.level for c in self.clocks]
+        if changed:
+            for c, lv in zip(self.clocks, want, strict=True):
+                c.level = lv
+        if self.migrators and self._migrate(now):
+            changed = True
+        if changed:
+            self._apply()
+        if d.active:
+            d.loop.after(self.cfg.poll_s, self._on_poll)
+
+    def _migrate(self, now: float) -> bool:
+        """Decide and carry out moves from the present levels; True when a stage changed unit."""
+        d = self.dev
+        names = d.unit_names
+        moved = False
+        for m in self.migrators:
+            home = names.index(m.cfg.units[0])
+            why = m.decide(self.clocks[home].level)
+            if why is None:
+                continue
+            src, dst = names.index(m.unit), names.index(m.target)
+            law_src = self.cfg.clocks.get(m.unit)
+            law_dst = self.cfg.clocks.get(m.target)
+            self.migrations.append(MigrationRecord(
+                now, d.name, m.cfg.stage, m.unit, m.target, why,
+                self.clocks[src].level, self.clocks[dst].level,
+                law_src.efficiency(self.clocks[src].level) if law_src else None,
+                law_dst.efficiency(self.clocks[dst].level) if law_dst else None))
+            # the servers at work move with the stage (their power counts on the new unit)
+            if m.cfg.stage == "image":
+                busy = d.cores - len(d._free_cores)
+                d._cpu_u = dst
+            else:
+                busy = d.enc_servers - d._enc_free
+                d._enc_u = dst
+            d._busy[src] -= busy
+            d._busy[dst] += busy
+            m.moved()
+            moved = True
+        return moved
+
+    def _apply(self) -> None:
+        """New unit levels: power from now, and the clocks the device's work runs at."""
+        d = self.dev
+        d.power_w = self.power_w()
+        cpu = self.clocks[d._cpu_u]
+        d.scale = cpu.scales[cpu.level]
+        if d._enc_u >= 0:
+            enc = self.clocks[d._enc_u]
+            d.enc_scale = enc.scales[enc.level]
+        for m in self.migrators:  # a migrated stage runs at its unit's speed for it
+            if m.cfg.stage == "image":
+                d.scale *= m.cfg.speed.get(m.unit, 1.0)
+            else:
+                d.enc_scale *= m.cfg.speed.get(m.unit, 1.0)
+        llm = self.clocks[d._llm_u]
+        d.level = llm.level
+        d.llm_scale = llm.scales[llm.level]
+        d.engine.retime(d.llm_scale)
+        for name, e in d.variants.items():
+            c = self.clocks[d.unit_names.index(d.profile.llm_variants[name].unit)]
+            e.retime(c.scales[c.level])
+        if d.on_level is not None:
+            d.on_level(d)
+
+    def force(self, level: int) -> None:
+        """Every unit to ``level`` (clipped to its ladder); the governors may change it again."""
+        self.integrate(self.dev.loop.now)
+        for c in self.clocks:
+            c.level = max(0, min(level, c.max_level))
+        self._apply()
+
+    def unit_levels(self) -> dict[str, int]:
+        return {n: c.level for n, c in zip(self.dev.unit_names, self.clocks, strict=True)}
