@@ -12,7 +12,7 @@ Server kinds (:class:`ServerKind`):
 * ``edgeserve-inline`` — ``edgeserve serve --mode inline``: the same preprocessing on the
   frontend's event loop (what the split buys).
 * ``edgeserve-split-onnx`` — ``edgeserve serve --mode split --encoder onnx``: the vision tower
-  on ONNX Runtime in the workers, vLLM given image embeddings (issue 13).
+  on ONNX Runtime in the workers, vLLM given image embeddings.
 * ``edgeserve-split-openvino`` — the same with ``--encoder-provider openvino:CPU`` (OpenVINO's
   runtime on the same graph; bfloat16 on a CPU with AMX or AVX-512 BF16).
 * ``vllm``             — ``python -m vllm.entrypoints.openai.api_server`` (= ``vllm serve``).
