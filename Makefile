@@ -42,7 +42,7 @@ model: setup
 	@$(VENV)/bin/edgeserve models build-tiny
 	@$(MAKE) -s --no-print-directory $(TINY)/onnx/encoder.json
 
-$(TINY)/onnx/encoder.json: $(TINY)/edgeserve_build.json models/onnx_encoder.py
+$(TINY)/onnx/encoder.json: $(TINY)/edgeserve_build.json $(wildcard models/onnx_encoder/*.py)
 	@OMP_NUM_THREADS=1 $(VENV)/bin/edgeserve models export-encoder
 
 demo: model
