@@ -1,6 +1,7 @@
 # Two commands for a fresh machine (Python 3.11, no GPU):
 #   make        set everything up, then run the main job on the built-in tiny model
 #   make test   set everything up if needed, then lint, type-check and run the test suite
+# and, while working: make test-fast   the same without the tests that start a real vLLM engine
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
@@ -8,7 +9,7 @@ export TRANSFORMERS_OFFLINE := 1
 export VLLM_NO_USAGE_STATS := 1
 export DO_NOT_TRACK := 1
 
-.PHONY: all setup sim-native mm-native model demo test lint typecheck pytest
+.PHONY: all setup sim-native mm-native model demo test test-fast lint typecheck pytest pytest-fast
 all: demo
 
 setup:
@@ -41,7 +42,7 @@ model: setup
 	@$(VENV)/bin/edgeserve models build-tiny
 	@$(MAKE) -s --no-print-directory $(TINY)/onnx/encoder.json
 
-$(TINY)/onnx/encoder.json: $(TINY)/edgeserve_build.json models/onnx_encoder.py
+$(TINY)/onnx/encoder.json: $(TINY)/edgeserve_build.json $(wildcard models/onnx_encoder/*.py)
 	@OMP_NUM_THREADS=1 $(VENV)/bin/edgeserve models export-encoder
 
 demo: model
@@ -53,7 +54,14 @@ lint: setup
 typecheck: setup
 	$(VENV)/bin/mypy
 
+# The whole suite (CI runs it through `make test`); the 25 slowest tests are listed at the end.
 pytest: model
-	$(VENV)/bin/pytest -q -p no:cacheprovider
+	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=25
+
+# Tests not marked `engine`: no real vLLM engine is started (each of those takes tens of seconds).
+pytest-fast: model
+	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=25 -m "not engine"
 
 test: lint typecheck pytest
+
+test-fast: lint typecheck pytest-fast

@@ -9,7 +9,7 @@ prints the prompt token counts, the top-1/top-2 margin of the image path, and th
 image path and against each other. tests/edgeserve/test_serve_encoder.py states its tolerance in
 these terms (about 4e-3, against a top-1/top-2 margin of 0.027 in its chat prompts).
 
-    flock /tmp/heavy.lock .venv/bin/python benchmarks/encoder_logprobs.py
+    .venv/bin/python benchmarks/encoder_logprobs.py
 """
 
 from __future__ import annotations

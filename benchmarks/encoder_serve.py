@@ -1,5 +1,5 @@
 """Serving with the vision encoder as its own stage: edgeserve split ``--encoder onnx`` vs split
-without vs stock ``vllm serve``, in one run (issue 13's serving benchmark).
+without vs stock ``vllm serve``, in one run.
 
 Runs ``edgeserve bench compare`` (edgeserve/bench/compare.py: each server started in turn,
 pinned to the same cores, swept over the same Poisson arrival schedules, stopped) with the
@@ -11,10 +11,10 @@ bodies built before the timed part). Every server runs with its defaults otherwi
 edgeserve has one preprocessing worker, which with ``--encoder onnx`` also encodes.
 
 It then prints, for several TTFT p99 bounds, the interpolated max sustained rate of each server
-and its ratio to ``vllm`` (issue 13's target: split ``--encoder onnx`` ≥ 1.5× ``vllm serve``),
+and its ratio to ``vllm`` (the target: split ``--encoder onnx`` ≥ 1.5× ``vllm serve``),
 and copies the rate-curve plot and the summary to ``--docs`` (docs/results/ by default).
 
-    flock /tmp/heavy.lock .venv/bin/python benchmarks/encoder_serve.py --out results/encoder_serve
+    .venv/bin/python benchmarks/encoder_serve.py --out results/encoder_serve
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """CPU-seconds per image: the exported vision tower on ONNX Runtime vs vLLM's own tower.
 
-Issue 13's encoder target is the ONNX encoder's CPU time per image at least 2× *lower* than the
+The encoder target is the ONNX encoder's CPU time per image at least 2× *lower* than the
 engine's own vision tower. Both run here in one process, on the same weights (the model folder's
 safetensors) and the same inputs, alternately (A B A B …) after a warm-up:
 

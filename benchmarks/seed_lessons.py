@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import statistics
 import sys
 from dataclasses import replace
@@ -65,23 +64,23 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 async def _real(args: argparse.Namespace) -> str:
     from edgeserve.bench.arrivals import ArrivalConfig
-    from edgeserve.bench.compare import ServerKind, ServerProcess, server_argv
+    from edgeserve.bench.compare import ServerKind, server_argv
     from edgeserve.bench.datasets import DatasetConfig, DatasetKind
     from edgeserve.bench.run import RunConfig, run_benchmark
+    from edgeserve.bench.server_process import ServerProcess
     from edgeserve.bench.sweep import warm_up
     from edgeserve.bench.throughput import direction_warning
-    with socket.socket() as sock:  # a free port
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
+    from edgeserve.net import free_port
+    port = free_port()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     argv = server_argv(ServerKind.EDGESERVE_SPLIT, MODEL, port)
-    server = ServerProcess(argv, "", out / "server.log", {})
-    url = f"http://127.0.0.1:{port}"
+    server = ServerProcess(argv, out / "server.log", port=port).start()
+    url = server.url
     print(f"server: {' '.join(argv[1:])}", flush=True)
     results: dict[str, list[dict[str, Any]]] = {"chat": [], "prefix-repetition": []}
     try:
-        await server.wait_ready(url, timeout_s=300)
+        await server.wait_ready(timeout_s=300)
         datasets = {"chat": DatasetConfig(kind=DatasetKind.CHAT),
                     "prefix-repetition": DatasetConfig(kind=DatasetKind.PREFIX_REPETITION)}
         for ds in datasets.values():

@@ -31,7 +31,6 @@ import io
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -45,14 +44,10 @@ from pathlib import Path
 import psutil
 from PIL import Image
 
+from edgeserve.net import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "models" / "tiny-qwen2-vl"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -43,6 +42,8 @@ from pathlib import Path
 
 import psutil
 
+from edgeserve.net import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 ARMS = {
     "bounded": [],
@@ -51,12 +52,6 @@ ARMS = {
     # the EngineCore, 4 GiB by default) fills with every new image: off, nothing else may grow
     "bounded-nocache": ["--engine-arg", "mm_processor_cache_gb=0"],
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def tree_rss(pid: int, label: Callable[[psutil.Process], str] | None = None) -> dict[str, int]:

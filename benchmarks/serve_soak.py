@@ -43,11 +43,12 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_memory import free_port, tree_rss
+from serve_memory import tree_rss
 
 from edgeserve.bench.client import RequestResult, send_chat
 from edgeserve.bench.runner import chat_url, fetch_model_id
 from edgeserve.bench.workload import WorkloadConfig, prepare_requests
+from edgeserve.net import free_port
 
 WINDOW_S = 300.0  # the first and last windows compared for TTFT
 

@@ -16,7 +16,7 @@ The loop a user runs, end to end, on this machine:
    TTFT/TPOT/ITL/E2E mean, p50, p90, p99, throughput, stages, stall, and CDF plots.
 
 Server and client are pinned with ``taskset`` (``--server-cpus``, ``--client-cpus``); the load
-average is printed before and after. Targets (issue 12): TTFT and E2E p50 within 5 %, p99 within
+average is printed before and after. Targets: TTFT and E2E p50 within 5 %, p99 within
 10 %, throughput within 3 %, on both held-out runs.
 
     .venv/bin/python benchmarks/sim_fidelity.py --out results/sim_fidelity
@@ -131,7 +131,7 @@ def main() -> int:
     p.add_argument("--analyse-only", action="store_true",
                    help="skip the runs: calibrate and validate the traces already in --out")
     p.add_argument("--lock", type=Path, default=None,
-                   help="an flock file to hold during each run (a shared machine's heavy-job lock)")
+                   help="a file to hold an flock on during each run, so that other jobs taking it wait")
     args = p.parse_args()
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)

@@ -41,6 +41,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from edgeserve.net import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -130,9 +132,7 @@ def timed(specs: list[Any], cfg: Any) -> tuple[float, list[str]]:
 
 
 def start_ray_head(cpus: int) -> tuple[subprocess.Popen[bytes], str, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     tmp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
     ray = Path(sys.executable).with_name("ray")
     proc = subprocess.Popen(

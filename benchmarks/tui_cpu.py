@@ -31,6 +31,8 @@ from pathlib import Path
 
 import psutil
 
+from edgeserve.net import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET_PERCENT = 3.0
 OUTPUT_TOKENS = 32
@@ -148,12 +150,6 @@ def run_ui(url: str, seconds: float, refresh_s: float, out: str, layout: str) ->
 
 
 # ---- the measurement -----------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def spawn(args: list[str], core: int | None) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     p = subprocess.Popen([sys.executable, __file__, *args], cwd=ROOT, env=env)

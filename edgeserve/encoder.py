@@ -31,7 +31,7 @@ import msgspec
 from edgeserve.config import EncoderKind, ServeConfig
 
 if TYPE_CHECKING:
-    from models.onnx_encoder import OnnxEncoder
+    from models.onnx_encoder.runtime import OnnxEncoder
 
 
 class EncoderError(ValueError):
@@ -51,7 +51,7 @@ class EncoderSpec(msgspec.Struct, frozen=True, array_like=True):
     def open(self) -> OnnxEncoder:
         """An ONNX Runtime session on this graph, or OpenVINO's compiled model for an
         ``openvino:DEVICE`` provider (hundreds of ms; once per process)."""
-        from models.onnx_encoder import open_encoder
+        from models.onnx_encoder.runtime import open_encoder
 
         return open_encoder(Path(self.graph), self.provider, dict(self.provider_options),
                             intra_op_threads=self.intra_op_threads)
@@ -64,14 +64,8 @@ def check_encoder(cfg: ServeConfig) -> EncoderSpec | None:
     """
     if cfg.encoder is EncoderKind.NONE:
         return None
-    from models.onnx_encoder import (
-        GRAPH_NAME,
-        META_NAME,
-        EncoderMeta,
-        NotQwen2VLError,
-        ProviderNotAvailableError,
-        resolve_providers,
-    )
+    from models.onnx_encoder.meta import GRAPH_NAME, META_NAME, EncoderMeta, NotQwen2VLError
+    from models.onnx_encoder.runtime import ProviderNotAvailableError, resolve_providers
 
     folder = Path(str(cfg.encoder_path))
     export = f"`edgeserve models export-encoder {cfg.model} --out {folder}`"

@@ -29,7 +29,7 @@ default) is capped the same way: room for ``4 × max_num_seqs`` images of the mo
 size, at most 1/16 of the machine's memory and never above vLLM's own default.
 
 The functions here are pure: the node's memory and the model's shape are inputs, so the sizing
-is tested for any machine (:func:`node_memory` reads the real one, with vLLM's own helpers so
+is tested for any machine (:func:`node_memory` reads the real one, with vLLM's own functions so
 that it is the node vLLM will check).
 """
 

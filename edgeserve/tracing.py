@@ -154,7 +154,7 @@ def process_layout(worker_pids: list[int | None]) -> dict[str, dict[str, object]
 
 
 def engine_pids(exclude: set[int]) -> dict[str, int]:
-    """The frontend's other child processes (vLLM's EngineCore and helpers), named."""
+    """The frontend's other child processes (vLLM's EngineCore and its other processes), named."""
     out: dict[str, int] = {}
     try:
         children = psutil.Process().children(recursive=True)

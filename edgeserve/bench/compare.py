@@ -12,7 +12,7 @@ Server kinds (:class:`ServerKind`):
 * ``edgeserve-inline`` — ``edgeserve serve --mode inline``: the same preprocessing on the
   frontend's event loop (what the split buys).
 * ``edgeserve-split-onnx`` — ``edgeserve serve --mode split --encoder onnx``: the vision tower
-  on ONNX Runtime in the workers, vLLM given image embeddings (issue 13).
+  on ONNX Runtime in the workers, vLLM given image embeddings.
 * ``edgeserve-split-openvino`` — the same with ``--encoder-provider openvino:CPU`` (OpenVINO's
   runtime on the same graph; bfloat16 on a CPU with AMX or AVX-512 BF16).
 * ``vllm``             — ``python -m vllm.entrypoints.openai.api_server`` (= ``vllm serve``).
@@ -30,7 +30,6 @@ no failures) of each system, and the ratio edgeserve-split / vllm, with the stal
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import json
 import math
@@ -38,15 +37,13 @@ import os
 import shlex
 import signal
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
+from edgeserve.bench.server_process import ServerProcess
 from edgeserve.bench.sweep import (
     SweepConfig,
     SweepResult,
@@ -155,69 +152,6 @@ class CompareConfig:
         """The command line that starts server ``name`` (its kind's, plus its --server-arg)."""
         return server_argv(server_kind(name), self.model_path, self.port,
                            dict(self.extra_server_args).get(name, ""), self.max_pixels)
-
-
-class ServerProcess:
-    """A server started in its own process group, logged to a file, stopped by its group id."""
-
-    def __init__(self, argv: list[str], cores: str, log_path: Path, env: dict[str, str]) -> None:
-        self.argv = (["taskset", "-c", cores] if cores else []) + argv
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.log_path = log_path
-        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            self.argv, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, **env},
-        )
-
-    async def wait_ready(self, base_url: str, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(
-                        f"server exited with code {self.proc.returncode} during start-up; "
-                        f"last lines of {self.log_path}:\n{_tail(self.log_path)}"
-                    )
-                try:
-                    async with session.get(base_url + "/v1/models") as resp:
-                        if resp.status == 200:
-                            return
-                except (aiohttp.ClientError, TimeoutError):
-                    pass
-                await asyncio.sleep(1.0)
-        raise RuntimeError(f"server not ready after {timeout_s:.0f} s; see {self.log_path}")
-
-    def stop(self, grace_s: float = 40.0) -> None:
-        """SIGTERM the process group (both servers drain and exit on it), then SIGKILL.
-
-        SIGTERM rather than SIGINT: a process started in the background by a shell inherits an
-        ignored SIGINT, and so would the servers started from it.
-        """
-        if self._log.closed:
-            return
-        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
-            if self.proc.poll() is not None:
-                break
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.proc.wait(timeout=wait_s)
-            except subprocess.TimeoutExpired:
-                continue
-        # children of the group (vLLM's EngineCore) may outlive the leader briefly
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self._log.close()
-
-
-def _tail(path: Path, n: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return ""
 
 
 @dataclass(slots=True)
@@ -495,12 +429,12 @@ async def _compare(config: CompareConfig, log: Any) -> CompareResult:
             argv = config.argv(kind)
             log(f"[round {rnd + 1}/{config.rounds}] starting {kind}: taskset -c "
                 f"{config.server_cores or '(all)'} {shlex.join(argv)}")
-            server = ServerProcess(argv, config.server_cores,
-                                   config.out_dir / "logs" / f"{kind}-r{rnd + 1}.log", env)
+            server = ServerProcess(argv, config.out_dir / "logs" / f"{kind}-r{rnd + 1}.log",
+                                   port=config.port, cores=config.server_cores, env=env).start()
             _running.append(server)
             try:
                 t0 = time.monotonic()
-                await server.wait_ready(base_url, config.startup_timeout_s)
+                await server.wait_ready(config.startup_timeout_s)
                 log(f"  ready after {time.monotonic() - t0:.0f} s")
                 for wi, (workload, sweep_cfg) in enumerate(config.sweeps):
                     base = replace(sweep_cfg.base, base_url=base_url, label=f"{kind} {workload}",

@@ -31,10 +31,11 @@ import openai
 import pytest
 from PIL import Image
 from qwen_vl_utils import smart_resize  # the reference rule, not our implementation
-from serve_process import ServerProcess, my_segments
+from serve_process import my_segments
 from skimage import data as photos
 
 from edgeserve import records
+from edgeserve.bench.server_process import ServerProcess
 
 pytestmark = pytest.mark.engine
 
@@ -73,14 +74,14 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(workdir: Path, tiny_model_dir: Path) -> Iterator[ServerProcess]:
-    srv = ServerProcess(
+    srv = ServerProcess.edgeserve(
         ["--model", str(tiny_model_dir), "--workers", "1", "--max-model-len", "4096",
          "--max-num-seqs", "8", "--max-inflight", "12", "--max-pending", "8",
          "--allowed-media-dir", str(workdir / "media"), "--trace", str(workdir / "trace.jsonl"),
          "--sample-interval", "0.5", "--max-image-bytes", str(MAX_IMAGE_BYTES),
          "--max-image-pixels", str(MAX_IMAGE_PIXELS), "--drain-timeout", "60"],
         workdir / "server.log",
-    ).start()
+    ).start().ready()
     yield srv
     srv.stop()
     assert my_segments(srv.pid) == []

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from edgeserve.cli.main import build_parser
+from edgeserve.cli.main import parse_args
 from edgeserve.cli.serve import config_from_args
 from edgeserve.config import ConfigError, EngineCorePlacement, PreprocMode, ServeConfig
 
 
 def parse(*argv: str) -> ServeConfig:
-    args = build_parser().parse_args(["serve", *argv])
+    args = parse_args(["serve", *argv])
     return config_from_args(args)
 
 
@@ -84,7 +84,7 @@ def test_bad_values_fail_at_construction_with_the_field_named(
 
 
 def test_cli_reports_config_errors_without_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
-    args = build_parser().parse_args(["serve", "--model", "/no/such/model"])
+    args = parse_args(["serve", "--model", "/no/such/model"])
     assert args.func(args) == 2
     assert "does not exist" in capsys.readouterr().err
 
@@ -121,7 +121,7 @@ def test_serve_help_states_both_default_worker_counts(capsys: pytest.CaptureFixt
     from edgeserve.config import default_workers
 
     with pytest.raises(SystemExit):
-        build_parser().parse_args(["serve", "--help"])
+        parse_args(["serve", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert f"cores - 2, at least 1, here {default_workers()};" in text
     assert f"cores - 1, at least 2, here {default_workers(encoder_on_cpu=True)})" in text

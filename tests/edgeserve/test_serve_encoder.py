@@ -42,11 +42,13 @@ import openai
 import pytest
 from PIL import Image
 from qwen_vl_utils import smart_resize
-from serve_process import ServerProcess, my_segments
+from serve_process import my_segments
 from skimage import data as photos
 
 from edgeserve import records
+from edgeserve.bench.server_process import ServerProcess
 from edgeserve.config import default_workers
+from edgeserve.net import free_port
 from edgeserve.trace_export import to_chrome_trace
 
 pytestmark = pytest.mark.engine
@@ -122,11 +124,11 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(workdir: Path, tiny_model_dir: Path) -> Iterator[ServerProcess]:
-    srv = ServerProcess(
+    srv = ServerProcess.edgeserve(
         ["--model", str(tiny_model_dir), "--encoder", "onnx", *COMMON,
          "--allowed-media-dir", str(workdir / "media"), "--trace", str(workdir / "trace.jsonl")],
         workdir / "server.log",
-    ).start()
+    ).start().ready()
     yield srv
     assert srv.stop() == 0
     assert my_segments(srv.pid) == []
@@ -135,8 +137,8 @@ def server(workdir: Path, tiny_model_dir: Path) -> Iterator[ServerProcess]:
 @pytest.fixture(scope="module")
 def reference(workdir: Path, tiny_model_dir: Path) -> dict[str, tuple[int, str]]:
     """(prompt tokens, greedy text) per photo from a server without the encoder, then stopped."""
-    srv = ServerProcess(["--model", str(tiny_model_dir), *COMMON],
-                        workdir / "reference.log").start()
+    srv = ServerProcess.edgeserve(["--model", str(tiny_model_dir), *COMMON],
+                                  workdir / "reference.log").start().ready()
     try:
         client, model = client_of(srv)
         return {name: greedy(client, model, data_url(jpeg(img()))) for name, img in PHOTOS.items()}
@@ -265,8 +267,8 @@ def test_no_shared_memory_is_left_while_idle(server: ServerProcess) -> None:
 def test_inline_mode_encodes_in_the_frontend(
     tmp_path: Path, tiny_model_dir: Path, reference: dict[str, tuple[int, str]]
 ) -> None:
-    srv = ServerProcess(["--model", str(tiny_model_dir), "--mode", "inline", "--encoder", "onnx",
-                         *COMMON], tmp_path / "inline.log").start()
+    srv = ServerProcess.edgeserve(["--model", str(tiny_model_dir), "--mode", "inline", "--encoder", "onnx",
+                                  *COMMON], tmp_path / "inline.log").start().ready()
     try:
         assert "in the frontend (inline mode)" in srv.log_path.read_text()
         client, model = client_of(srv)
@@ -285,9 +287,9 @@ def test_openvino_runtime_gives_the_same_greedy_output(
     the dtype vLLM runs its own tower in. Embeddings within 1.4e-3 of the float32 graph (about
     as far as vLLM's bf16 tower is from it, benchmarks/onnx_encoder_cpu.py), well inside the
     top-1/top-2 margin of 0.027 stated above, so the 16 greedy tokens must be the same."""
-    srv = ServerProcess(["--model", str(tiny_model_dir), "--encoder", "onnx",
-                         "--encoder-provider", "openvino:CPU", *COMMON],
-                        tmp_path / "openvino.log").start()
+    srv = ServerProcess.edgeserve(["--model", str(tiny_model_dir), "--encoder", "onnx",
+                                  "--encoder-provider", "openvino:CPU", *COMMON],
+                                  tmp_path / "openvino.log").start().ready()
     try:
         assert "on OpenVINO openvino:CPU" in srv.log_path.read_text()
         client, model = client_of(srv)
@@ -309,7 +311,7 @@ def test_a_missing_export_fails_in_one_paragraph_before_the_engine_starts(
         [sys.executable, "-m", "edgeserve", "serve", "--model", str(tiny_model_dir),
          "--encoder", "onnx", "--encoder-path",
          str(empty), "--engine-log", str(tmp_path / "engine.log"), "--port",
-         str(ServerProcess([], tmp_path / "unused").port)],
+         str(free_port())],
         capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONUNBUFFERED="1"))
     assert done.returncode == 1
     assert done.stderr.strip() == (

@@ -25,9 +25,10 @@ import numpy as np
 import psutil
 import pytest
 from PIL import Image
-from serve_process import ServerProcess, my_segments
+from serve_process import my_segments
 
 from edgeserve import records
+from edgeserve.bench.server_process import ServerProcess
 
 pytestmark = pytest.mark.engine
 
@@ -101,10 +102,10 @@ class TightServer(NamedTuple):
 def tight(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TightServer]:
     """One engine slot, a waiting line of three, a 1 s drain timeout; the last test stops it."""
     d = tmp_path_factory.mktemp("tight")
-    server = ServerProcess(["--model", str(tiny_model_dir), "--workers", "1", "--max-model-len",
-                            "4096", "--max-engine-queue", "1", "--max-pending", "3",
-                            "--drain-timeout", "1", "--trace", str(d / "trace.jsonl")],
-                           d / "server.log").start()
+    server = ServerProcess.edgeserve(["--model", str(tiny_model_dir), "--workers", "1", "--max-model-len",
+                                      "4096", "--max-engine-queue", "1", "--max-pending", "3",
+                                      "--drain-timeout", "1", "--trace", str(d / "trace.jsonl")],
+                                      d / "server.log").start().ready()
     yield TightServer(server, d / "trace.jsonl")
     server.stop()
 
@@ -163,8 +164,8 @@ def test_a_dead_engine_fails_requests_with_503_and_stops_the_server(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     psm_before = {p.name for p in Path("/dev/shm").glob("psm_*")}
-    server = ServerProcess(["--model", str(tiny_model_dir), "--workers", "1", "--max-model-len",
-                            "4096"], tmp_path / "server.log").start()
+    server = ServerProcess.edgeserve(["--model", str(tiny_model_dir), "--workers", "1", "--max-model-len",
+                                      "4096"], tmp_path / "server.log").start().ready()
     try:
         core = [p for p in psutil.Process(server.pid).children(recursive=True)
                 if p.name().startswith("VLLM::EngineCor")]

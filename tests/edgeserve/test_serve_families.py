@@ -34,10 +34,11 @@ import openai
 import pytest
 from PIL import Image
 from qwen_vl_utils import smart_resize  # the reference implementation, not ours
-from serve_process import ServerProcess
 
 from edgeserve import records
+from edgeserve.bench.server_process import ServerProcess
 from edgeserve.engine_memory import HybridLayout, KVGeometry, cpu_ssm_dtype
+from edgeserve.net import free_port
 from mm_preproc.spec import Family
 from models.tiny_qwen_vl import build_family
 
@@ -92,8 +93,8 @@ def family_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     d = tmp_path_factory.mktemp(family.value)
     trace = d / "trace.jsonl"
     # --encoder onnx: declined for these families (see the module docstring)
-    srv = ServerProcess(["--model", str(model), "--mode", mode, "--encoder", "onnx",
-                         "--trace", str(trace)], d / "server.log").start()
+    srv = ServerProcess.edgeserve(["--model", str(model), "--mode", mode, "--encoder", "onnx",
+                                   "--trace", str(trace)], d / "server.log").start().ready()
     yield family, model, srv, trace
     srv.stop()
 
@@ -147,7 +148,7 @@ def qwen3_5_server(tmp_path_factory: pytest.TempPathFactory
     model = build_family(Family.QWEN3_5)
     d = tmp_path_factory.mktemp("qwen3_5")
     trace = d / "trace.jsonl"
-    srv = ServerProcess(["--model", str(model), "--trace", str(trace)], d / "server.log").start()
+    srv = ServerProcess.edgeserve(["--model", str(model), "--trace", str(trace)], d / "server.log").start().ready()
     yield model, srv, trace
     srv.stop()
 
@@ -237,7 +238,7 @@ def test_a_folder_of_another_family_fails_in_one_paragraph(tmp_path: Path) -> No
     (folder / "config.json").write_text(json.dumps(
         {"model_type": "llava", "architectures": ["LlavaForConditionalGeneration"]}))
     done = subprocess.run([sys.executable, "-m", "edgeserve", "serve", "--model", str(folder),
-                           "--port", str(ServerProcess([], tmp_path / "unused").port),
+                           "--port", str(free_port()),
                            "--engine-log", str(tmp_path / "engine.log")],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 1

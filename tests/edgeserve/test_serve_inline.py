@@ -20,10 +20,10 @@ import numpy as np
 import openai
 import pytest
 from PIL import Image
-from serve_process import ServerProcess
 from skimage import data as photos
 
 from edgeserve import records
+from edgeserve.bench.server_process import ServerProcess
 
 pytestmark = pytest.mark.engine
 
@@ -47,11 +47,11 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def server(workdir: Path, tiny_model_dir: Path) -> Iterator[ServerProcess]:
     d = workdir
-    srv = ServerProcess(
+    srv = ServerProcess.edgeserve(
         ["--model", str(tiny_model_dir), "--mode", "inline", "--max-model-len", "4096",
          "--max-num-seqs", "4", "--trace", str(d / "trace.jsonl"), "--sample-interval", "0.25"],
         d / "server.log",
-    ).start()
+    ).start().ready()
     yield srv
     assert srv.stop() == 0
 

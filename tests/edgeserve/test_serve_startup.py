@@ -25,9 +25,10 @@ import openai
 import psutil
 import pytest
 from PIL import Image
-from serve_process import ServerProcess
 
 from edgeserve import records
+from edgeserve.bench.server_process import ServerProcess
+from edgeserve.net import free_port
 
 pytestmark = pytest.mark.engine
 
@@ -79,7 +80,7 @@ def default_server(tmp_path_factory: pytest.TempPathFactory,
     # only --port (two servers of the suite may not share one) and --trace (to read the engine
     # steps it records; it changes nothing the engine does): everything else is the default
     d = tmp_path_factory.mktemp("default")
-    srv = ServerProcess(["--trace", str(d / "trace.jsonl")], d / "server.log").start()
+    srv = ServerProcess.edgeserve(["--trace", str(d / "trace.jsonl")], d / "server.log").start().ready()
     yield srv
     srv.stop()
 
@@ -167,7 +168,7 @@ def test_an_impossible_kv_cache_fails_in_one_paragraph_and_leaves_nothing(
     tmp_path: Path, tiny_model_dir: Path,
 ) -> None:
     before = shm_names()
-    port = ServerProcess([], tmp_path / "unused").port
+    port = free_port()
     done, log, mark = run_serve("--port", str(port), "--kv-cache-memory-bytes", str(1 << 50),
                                 tmp_path=tmp_path)
     assert done.returncode == 1
@@ -184,8 +185,7 @@ def test_a_folder_that_is_not_a_model_is_named_before_the_engine_starts(tmp_path
     empty = tmp_path / "empty-model"
     empty.mkdir()
     before = shm_names()
-    done, _, mark = run_serve("--model", str(empty), "--port", str(ServerProcess(
-        [], tmp_path / "unused").port), tmp_path=tmp_path)
+    done, _, mark = run_serve("--model", str(empty), "--port", str(free_port()), tmp_path=tmp_path)
     assert done.returncode == 1
     assert done.stderr.strip() == (
         f"edgeserve serve: cannot start: {empty} is not a model folder: it has no config.json. "

@@ -25,6 +25,7 @@ import psutil
 import pytest
 
 from edgeserve.cli.main import main
+from edgeserve.net import free_port
 from sim.experiments.distribute import ExecConfig
 from sim.experiments.runner import RunResult
 from sim.experiments.sweep import run_specs, specs_for
@@ -39,16 +40,10 @@ DURATION_S = 6000  # 0.3–0.8 s a run in pure Python here: long enough to be ca
 PARAM = "devices[0].workload.rate_hz=0.5,1.0,1.5,2.0"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[tuple[str, psutil.Process]]:
     """A Ray head on 127.0.0.1 (2 CPUs): yields its address and the ``ray start`` process."""
-    port = _free_port()
+    port = free_port()
     tmp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths must fit
     log = open(Path(tmp) / "ray-start.log", "w")  # noqa: SIM115 (closed at teardown)
     proc = subprocess.Popen(
@@ -221,5 +216,5 @@ def test_sweep_without_ray_says_how_to_install_it() -> None:
 
 def test_sweep_on_an_address_where_no_cluster_answers_fails_at_once() -> None:
     t0 = time.monotonic()
-    assert main(["sim", "sweep", "--param", PARAM, "--ray", f"127.0.0.1:{_free_port()}"]) == 2
+    assert main(["sim", "sweep", "--param", PARAM, "--ray", f"127.0.0.1:{free_port()}"]) == 2
     assert time.monotonic() - t0 < 30

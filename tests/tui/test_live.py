@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import Callable
 
 import pytest
 from aiohttp import web
 
+from edgeserve.net import free_port
 from tests.tui.conftest import LIVE_ITEMS
 from tests.tui.servers import serve
 from tui.sources.base import Batch, Panel, SourceError
@@ -55,9 +55,7 @@ async def test_a_stock_vllm_server_is_watched_through_metrics_alone(vllm_like: s
 
 
 async def test_nothing_listening_is_a_clear_error():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     with pytest.raises(SourceError, match=f"cannot connect to http://127.0.0.1:{port}"):
         await LiveSource(f"http://127.0.0.1:{port}", connect_timeout_s=2).start()
 

@@ -17,9 +17,9 @@ from PIL import Image
 from skimage import data as photos
 
 from edgeserve.bench.compare import ServerKind, server_argv
-from edgeserve.bench.compare import ServerProcess as BenchServer
+from edgeserve.bench.server_process import ServerProcess
+from edgeserve.net import free_port
 from edgeserve.records import Outcome, Stage, stage_spans
-from tests.edgeserve.serve_process import ServerProcess, free_port
 from tui.app import TuiApp
 from tui.sources.base import Panel
 from tui.sources.live import LiveSource, Mode
@@ -37,7 +37,7 @@ def server(
     tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path
 ) -> Iterator[ServerProcess]:
     d = tmp_path_factory.mktemp("tui-serve")
-    srv = ServerProcess(
+    srv = ServerProcess.edgeserve(
         [
             "--model",
             str(tiny_model_dir),
@@ -51,7 +51,7 @@ def server(
             "0.5",
         ],
         d / "server.log",
-    ).start()
+    ).start().ready()
     yield srv
     srv.stop()
 
@@ -61,10 +61,10 @@ def vllm_url(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> 
     """A stock vLLM OpenAI server, started as `edgeserve bench compare` starts it."""
     port = free_port()
     log = tmp_path_factory.mktemp("tui-vllm") / "log"
-    srv = BenchServer(server_argv(ServerKind.VLLM, tiny_model_dir, port), "", log, {})
-    url = f"http://127.0.0.1:{port}"
+    srv = ServerProcess(server_argv(ServerKind.VLLM, tiny_model_dir, port), log, port=port).start()
+    url = srv.url
     try:
-        asyncio.run(srv.wait_ready(url, timeout_s=300))
+        asyncio.run(srv.wait_ready(timeout_s=300))
         yield url
     finally:
         srv.stop()

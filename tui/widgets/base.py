@@ -1,4 +1,4 @@
-"""What all panels share: the view they render, a base class, and small text helpers."""
+"""What all panels share: the view they render, a base class, and small text functions."""
 
 from __future__ import annotations
 

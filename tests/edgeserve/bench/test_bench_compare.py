@@ -16,7 +16,7 @@ from edgeserve.bench.compare import (
 )
 from edgeserve.bench.sweep import SweepResult
 from edgeserve.cli.bench import compare_config
-from edgeserve.cli.main import build_parser
+from edgeserve.cli.main import parse_args
 
 
 def point(rate: float, p99_ms: float) -> dict:
@@ -58,7 +58,7 @@ def test_ratio_is_reported_at_each_ttft_bound() -> None:
 
 def _compare_config(tiny_model_dir: Path, *argv: str) -> CompareConfig:
     """The config ``edgeserve bench compare`` would run with these flags."""
-    args = build_parser().parse_args(["bench", "compare", "--model-path", str(tiny_model_dir),
+    args = parse_args(["bench", "compare", "--model-path", str(tiny_model_dir),
                                       "--workloads", "12mp", *argv])
     config: CompareConfig = compare_config(args)
     return config

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,27 +16,22 @@ from pathlib import Path
 import pytest
 
 from edgeserve.bench.arrivals import ArrivalConfig
-from edgeserve.bench.compare import ServerKind, ServerProcess, server_argv
+from edgeserve.bench.compare import ServerKind, server_argv
 from edgeserve.bench.run import RunConfig, run_benchmark
+from edgeserve.bench.server_process import ServerProcess
 from edgeserve.bench.sweep import SweepConfig, run_sweep
 from edgeserve.bench.workload import WorkloadConfig
+from edgeserve.net import free_port
 
 pytestmark = pytest.mark.engine
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _start(kind: ServerKind, model: Path, log: Path) -> Iterator[str]:
-    port = _free_port()
-    server = ServerProcess(server_argv(kind, model, port), "", log, {})
-    url = f"http://127.0.0.1:{port}"
+    port = free_port()
+    server = ServerProcess(server_argv(kind, model, port), log, port=port).start()
     try:
-        asyncio.run(server.wait_ready(url, timeout_s=300))
-        yield url
+        asyncio.run(server.wait_ready(timeout_s=300))
+        yield server.url
     finally:
         server.stop()
 

@@ -15,15 +15,15 @@ import pytest
 from edgeserve.bench.arrivals import ArrivalConfig
 from edgeserve.bench.datasets import DatasetConfig, DatasetKind
 from edgeserve.bench.run import RunConfig, run_benchmark
-from tests.edgeserve.serve_process import ServerProcess
+from edgeserve.bench.server_process import ServerProcess
 
 pytestmark = pytest.mark.engine
 
 
 @pytest.fixture(scope="module")
 def url(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    srv = ServerProcess(["--model", str(tiny_model_dir)],
-                        tmp_path_factory.mktemp("prefix") / "server.log").start()
+    srv = ServerProcess.edgeserve(["--model", str(tiny_model_dir)],
+                                  tmp_path_factory.mktemp("prefix") / "server.log").start().ready()
     yield srv.url
     srv.stop()
 
