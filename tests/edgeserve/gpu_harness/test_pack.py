@@ -7,6 +7,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from edgeserve.gpu_harness.pack import pip_platform_args, plan_chunks, write_chunks
 from edgeserve.gpu_harness.resolve import TargetEnv
 
@@ -46,3 +48,28 @@ def test_pip_is_asked_for_the_hosts_python_and_platforms() -> None:
     args = pip_platform_args(TargetEnv("3.12"))
     assert args[args.index("--python-version") + 1] == "3.12"
     assert "manylinux_2_28_x86_64" in args and "--only-binary=:all:" in args
+
+
+def test_the_host_side_joins_checks_and_names_missing_chunks(tmp_path: Path) -> None:
+    from edgeserve.gpu_harness.install import StagingError, assemble
+
+    src = tmp_path / "src"
+    src.mkdir()
+    big = src / "vllm-0-py3-none-any.whl"
+    big.write_bytes(os.urandom(2500))
+    manifest = write_chunks([big], tmp_path / "out", chunk_bytes=1000)
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    (staged / "manifest.json").write_text(json.dumps(manifest))
+    for c in manifest["chunks"][:2]:
+        for f in c["files"]:
+            (staged / f["name"]).write_bytes((tmp_path / "out" / c["name"] / f["name"]).read_bytes())
+    with pytest.raises(StagingError, match="c3"):
+        assemble(staged)
+    last = manifest["chunks"][2]["files"][0]["name"]
+    (staged / last).write_bytes(b"corrupt")
+    with pytest.raises(StagingError, match="sha256"):
+        assemble(staged)
+    (staged / last).write_bytes((tmp_path / "out" / "c3" / last).read_bytes())
+    (wheel,) = assemble(staged)
+    assert wheel.read_bytes() == big.read_bytes()
