@@ -250,7 +250,9 @@ def add_figures(point: dict[str, Any], gpu_busy: float | None, cpu_s: float) -> 
     point["gpu_busy"] = gpu_busy
     point["server_cpu_s"] = cpu_s
     point["cpu_s_per_request"] = cpu_s / done if done else None
-    server_stall = (point.get("server") or {}).get("stall_fraction")
+    server = point.get("server") or {}
+    point["engine_busy"] = server.get("engine_busy_fraction")  # edgeserve: its step spans
+    server_stall = server.get("stall_fraction")
     point["stall"] = server_stall if server_stall is not None else point.get("stall_fraction")
     point["stall_source"] = "server" if server_stall is not None else "client estimate"
 
@@ -291,6 +293,7 @@ def server_summary(sweep: SweepResult) -> dict[str, Any]:
         "sustained_rate_p99_1s": interpolated_max_rate(sweep.points, 1000.0) or 0.0,
         "at_rate": at,
         "gpu_busy": point.get("gpu_busy") if point else None,
+        "engine_busy": point.get("engine_busy") if point else None,
         "stall": point.get("stall") if point else None,
         "stall_source": point.get("stall_source") if point else None,
         "cpu_s_per_request": point.get("cpu_s_per_request") if point else None,

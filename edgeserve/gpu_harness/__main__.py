@@ -34,6 +34,7 @@ from edgeserve.gpu_harness.resolve import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
+GPU_EXTRAS = ("nvidia-ml-py",)
 
 
 class Recorder:
@@ -53,7 +54,9 @@ class Recorder:
 
 def make_plan(args: argparse.Namespace, source: MetadataSource) -> Plan:
     installed = read_pip_list(Path(args.pip_list).read_text())
-    roots = [f"vllm=={args.vllm}", *edgeserve_requirements(ROOT / "pyproject.toml")]
+    # nvidia-ml-py: NVML for edgeserve's own GPU samples (edgeserve_gpu_busy_seconds)
+    roots = [f"vllm=={args.vllm}", *edgeserve_requirements(ROOT / "pyproject.toml"),
+             *GPU_EXTRAS]
     return resolve(roots, installed, source, env=TargetEnv(args.python),
                    leave_out=(*VLLM_LEAVE_OUT, *EDGESERVE_LEAVE_OUT), pins=VLLM_PINS)
 

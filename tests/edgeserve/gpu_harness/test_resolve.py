@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from edgeserve.gpu_harness.__main__ import main
+from edgeserve.gpu_harness.__main__ import GPU_EXTRAS, main
 from edgeserve.gpu_harness.resolve import (
     EDGESERVE_LEAVE_OUT,
     VLLM_LEAVE_OUT,
@@ -27,7 +27,7 @@ RECORDED = RecordedSource.load(DATA / "vllm-0.26.0-wheel-metadata.json")
 
 
 def plan_for_h200():  # type: ignore[no-untyped-def]
-    roots = ["vllm==0.26.0", *edgeserve_requirements(ROOT / "pyproject.toml")]
+    roots = ["vllm==0.26.0", *edgeserve_requirements(ROOT / "pyproject.toml"), *GPU_EXTRAS]
     return resolve(roots, HOST, RECORDED, env=TargetEnv("3.12"),
                    leave_out=(*VLLM_LEAVE_OUT, *EDGESERVE_LEAVE_OUT), pins=VLLM_PINS)
 
@@ -53,6 +53,7 @@ def test_the_h200_host_gets_vllm_and_what_it_lacks_never_its_torch() -> None:
         assert name in carry, name
     assert not set(carry) & set(HOST)
     assert carry["xgrammar"] == VLLM_PINS["xgrammar"]
+    assert "nvidia-ml-py" in plan.satisfied  # NVML for edgeserve's GPU samples: the host has it
     assert plan.conflicts == []
 
 
