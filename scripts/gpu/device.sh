@@ -23,7 +23,7 @@ stage)
     chunks=(.gpu/wheels/c*)
     [[ ${#chunks[@]} -gt 0 ]] || { echo "no chunk carried (carry .gpu/wheels/cN)" >&2; exit 2; }
     for c in "${chunks[@]}"; do cp "$c"/* "$STAGE"/; echo "staged $c"; done
-    cp .gpu/wheels/manifest.json "$STAGE"/
+    [[ -f .gpu/wheels/manifest.json ]] && cp .gpu/wheels/manifest.json "$STAGE"/
     du -sh "$STAGE"
     ;;
 run)
