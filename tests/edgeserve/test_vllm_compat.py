@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from edgeserve import vllm_compat
 from edgeserve.config import EngineOptions, ServeConfig
 from edgeserve.engine import Engine
@@ -40,11 +42,14 @@ def test_a_folder_without_weights_gets_the_dummy_format(tmp_path: Path,
     assert vllm_compat.load_format_args(tiny_model_dir, {}) == ({}, "")
 
 
-def test_the_smallest_random_shape_passes_vllms_config_validation(tmp_path: Path) -> None:
+def test_the_smallest_random_shape_passes_vllms_config_validation(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model = build("qwen2-vl-2b", tmp_path / "q2b")
     cfg = ServeConfig(model=str(model), engine=EngineOptions(kv_cache_memory_bytes=1 << 30))
     args = Engine(cfg, StallMeter(0.0)).engine_args()
     assert args.load_format == "dummy"
+    said = [line for line in capsys.readouterr().out.splitlines() if "random weights" in line]
+    assert len(said) == 1 and said[0].startswith("edgeserve serve: ")
     vc = args.create_engine_config(vllm_compat.serving_usage_context())
     assert vc.model_config.hf_config.text_config.hidden_size == 1536
     assert vc.load_config.load_format == "dummy"
