@@ -62,6 +62,8 @@ async def _one(llm: Any, prompt: str, image: np.ndarray, uuid: str, max_tokens: 
                start_at: float) -> tuple[float | None, float | None]:
     from vllm.sampling_params import RequestOutputKind, SamplingParams
 
+    from edgeserve import vllm_compat
+
     await asyncio.sleep(max(0.0, start_at - time.perf_counter()))
     params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0.0,
                             output_kind=RequestOutputKind.DELTA)
@@ -69,7 +71,7 @@ async def _one(llm: Any, prompt: str, image: np.ndarray, uuid: str, max_tokens: 
                "multi_modal_uuids": {"image": [uuid]}}
     ttft = None
     try:
-        async for out in llm.generate(request, params, uuid):
+        async for out in llm.generate(vllm_compat.render_prompt(llm, request), params, uuid):
             if ttft is None and out.outputs and out.outputs[0].text:
                 ttft = time.perf_counter() - start_at
     except Exception:  # a failed request counts as failed, as the HTTP client counts it

@@ -395,8 +395,19 @@ class Engine:
             engine_prompt["multi_modal_data"] = {"image": images}
             engine_prompt["multi_modal_uuids"] = {"image": uuids}
             engine_prompt["mm_processor_kwargs"] = self.mm_kwargs
-        gen: AsyncIterator[RequestOutput] = self._llm.generate(engine_prompt, params, request_id)
-        return gen
+        return self._rendered_generate(engine_prompt, params, request_id)
+
+    async def _rendered_generate(self, prompt: dict[str, Any], params: Any,
+                                 request_id: str) -> AsyncIterator[RequestOutput]:
+        """``generate`` on the rendered prompt, rendered at the first ``__anext__`` — where
+        vLLM's raw-prompt path rendered it — so that errors and timing stay where they were."""
+        engine_input = vllm_compat.render_prompt(self._llm, prompt)
+        gen = self._llm.generate(engine_input, params, request_id)
+        try:
+            async for out in gen:
+                yield out
+        finally:
+            await gen.aclose()
 
     async def abort(self, request_id: str) -> None:
         if self._llm is not None:

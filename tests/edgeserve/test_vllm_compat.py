@@ -55,3 +55,31 @@ def test_the_smallest_random_shape_passes_vllms_config_validation(
     assert vc.load_config.load_format == "dummy"
     assert vc.scheduler_config.max_num_batched_tokens == (
         vllm_compat.serve_batch_defaults().max_num_batched_tokens)
+
+
+def test_a_prompt_with_an_image_renders_through_the_engines_renderer(
+        tiny_model_dir: Path) -> None:
+    """The renderer of the tiny model's engine config (no engine started) expands the image to
+    its tokens, as the raw-prompt path did inside generate()."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.renderers import renderer_from_config
+
+    args = AsyncEngineArgs(model=str(tiny_model_dir), max_model_len=2048,
+                           kv_cache_memory_bytes=1 << 28,
+                           limit_mm_per_prompt={"image": 1, "video": 0})
+    vc = args.create_engine_config(vllm_compat.serving_usage_context())
+    llm = SimpleNamespace(renderer=renderer_from_config(vc), model_config=vc.model_config)
+    tok = llm.renderer.tokenizer
+    text = str(tok.apply_chat_template(
+        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "hi"}]}],
+        tokenize=False, add_generation_prompt=True))
+    image = np.zeros((56, 112, 3), dtype=np.uint8)  # 2 x 4 patches of 28 px: 8 image tokens
+    out = vllm_compat.render_prompt(llm, {
+        "prompt": text, "multi_modal_data": {"image": [image]},
+        "multi_modal_uuids": {"image": ["img-1"]}})
+    image_id = tok.convert_tokens_to_ids("<|image_pad|>")
+    assert out["prompt_token_ids"].count(image_id) == 8
+    assert "type" in out  # what generate() takes without the raw-prompt path
