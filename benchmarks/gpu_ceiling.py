@@ -82,7 +82,7 @@ async def _one(llm: Any, prompt: str, image: np.ndarray, uuid: str, max_tokens: 
 async def _rate(llm: Any, prompt: str, cfg: Any, i: int, rate: float,
                 hw: tuple[int, int]) -> tuple[dict[str, Any], float, float]:
     offsets = [float(x) for x in arrival_offsets_s(
-        ArrivalConfig(rate_rps=rate, duration_s=cfg.duration_s, seed=i))]
+        ArrivalConfig(rate_rps=rate, num_requests=None, duration_s=cfg.duration_s, seed=i))]
     rng = np.random.default_rng(1000 + i)
     images = [rng.integers(0, 256, size=(*hw, 3), dtype=np.uint8) for _ in offsets]
     lengths = _lengths(cfg.output_len, len(offsets), i)

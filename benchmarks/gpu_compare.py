@@ -75,7 +75,7 @@ from edgeserve.bench.workload import (  # noqa: E402
 SERVED_NAME = "m"  # every server answers to this model name, so bodies are shared
 BOUNDS_MS = (1000.0, 3000.0)
 GPU_RATES_RPS = (2.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0)
-SMOKE_RATES_RPS = (0.25, 0.5)
+SMOKE_RATES_RPS = (0.5, 1.0)
 OUT = ROOT / "benchmarks" / "results" / "gpu_compare.json"
 MiB = 1024 * 1024
 
@@ -219,7 +219,7 @@ def _saturated(point: dict[str, Any]) -> bool:
 
 
 def _arrivals(cfg: GpuCompareConfig, i: int, rate: float) -> ArrivalConfig:
-    return ArrivalConfig(rate_rps=rate, duration_s=cfg.duration_s, seed=i)
+    return ArrivalConfig(rate_rps=rate, num_requests=None, duration_s=cfg.duration_s, seed=i)
 
 
 async def sweep_http(cfg: GpuCompareConfig, server: Server, pid: int,

@@ -56,3 +56,28 @@ def test_the_summary_reads_figures_at_the_highest_rate_sustained_within_3_s() ->
 def test_a_folder_without_config_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="build-random"):
         GpuCompareConfig(model=tmp_path, servers=(Server.VLLM,))
+
+
+def test_parts_merge_into_the_schema_with_a_table_and_a_plot(model: Path, tmp_path: Path) -> None:
+    from gpu_compare import merge
+
+    cfg = GpuCompareConfig(model=model, servers=tuple(Server), parts=tmp_path / "parts",
+                           out=tmp_path / "out" / "gpu_compare.json")
+    cfg.budget_dir.mkdir(parents=True)
+    for name, p99 in (("edgeserve-split", 800.0), ("vllm", 2500.0)):
+        sweep = SweepResult(3000.0, [{"request_rate": 2.0, "completed": 5, "failed": 0,
+                                      "p99_ttft_ms": p99, "request_throughput": 2.0,
+                                      "gpu_busy": 0.3, "stall": 0.1,
+                                      "cpu_s_per_request": 0.2}])
+        (cfg.budget_dir / f"{name}.json").write_text(json.dumps(
+            {"sweep": sweep.to_json(), "command": f"start {name}"}))
+    out = merge(cfg, "NVIDIA H200")
+    on_disk = json.loads(cfg.out.read_text())
+    assert on_disk["model"] == "qwen2-vl-2b" and on_disk["device"] == "NVIDIA H200"
+    assert set(on_disk["servers"]) == {"edgeserve-split", "vllm"} == set(out["servers"])
+    split = on_disk["servers"]["edgeserve-split"]
+    assert split["sustained_rate_p99_3s"] == 2.0 and split["sustained_rate_p99_1s"] == 2.0
+    assert on_disk["servers"]["vllm"]["sustained_rate_p99_1s"] == 0.0
+    assert {"gpu_busy", "stall"} <= set(split)
+    assert cfg.out.with_suffix(".png").stat().st_size > 0
+    assert "edgeserve-split" in cfg.out.with_suffix(".md").read_text()
