@@ -12,6 +12,7 @@ arrival to its first output with text.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import time
 from collections.abc import Callable
@@ -60,6 +61,8 @@ def _lengths(spec: str, n: int, seed: int) -> list[int]:
 
 async def _one(llm: Any, prompt: str, image: np.ndarray, uuid: str, max_tokens: int,
                start_at: float) -> tuple[float | None, float | None]:
+    """(TTFT from ``start_at``, completion time on the perf_counter clock); (None, None) when
+    the request failed."""
     from vllm.sampling_params import RequestOutputKind, SamplingParams
 
     from edgeserve import vllm_compat
@@ -76,7 +79,7 @@ async def _one(llm: Any, prompt: str, image: np.ndarray, uuid: str, max_tokens: 
                 ttft = time.perf_counter() - start_at
     except Exception:  # a failed request counts as failed, as the HTTP client counts it
         return None, None
-    return ttft, time.perf_counter() - start_at
+    return ttft, time.perf_counter()
 
 
 async def _rate(llm: Any, prompt: str, cfg: Any, i: int, rate: float,
@@ -93,14 +96,15 @@ async def _rate(llm: Any, prompt: str, cfg: Any, i: int, rate: float,
         for k, (img, n, off) in enumerate(zip(images, lengths, offsets, strict=True))))
     wall1 = time.time()
     ttfts = [t for t, _ in done if t is not None]
-    e2e = [e for _, e in done if e is not None]
-    span = max(e2e) if e2e else 0.0
+    finished = {k: end for k, (_, end) in enumerate(done) if end is not None}
+    e2e = [end - (t0 + offsets[k]) for k, end in finished.items()]
+    span = max(finished.values()) - t0 if finished else 0.0  # first arrival .. last completion
     ms = [t * 1e3 for t in ttfts]
     point: dict[str, Any] = {
         "label": f"gpu-ceiling @ {rate:g} req/s", "request_rate": rate,
-        "num_prompts": len(offsets), "completed": len(ttfts),
-        "failed": len(offsets) - len(ttfts),
-        "request_throughput": len(ttfts) / span if span else 0.0,
+        "num_prompts": len(offsets), "completed": len(finished),
+        "failed": len(offsets) - len(finished),
+        "request_throughput": len(finished) / span if span else 0.0,
         "median_ttft_ms": float(np.median(ms)) if ms else None,
         percentile_key("ttft", 99.0): float(np.percentile(ms, 99)) if ms else None,
         percentile_key("e2el", 99.0): float(np.percentile(e2e, 99) * 1e3) if e2e else None,
@@ -144,4 +148,6 @@ async def sweep_ceiling(cfg: Any, gpu: Any, add_figures: Callable[..., None],
                 break
     finally:
         llm.shutdown()
+        del llm  # its __del__ shuts down again: now, not at interpreter exit
+        gc.collect()
     return result
