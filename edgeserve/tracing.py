@@ -226,6 +226,7 @@ class ResourceSampler:
         self.nvml = _Nvml()
         self._task: asyncio.Task[None] | None = None
         self._last_cpu_s = time.process_time()
+        self._last_t_s = time.monotonic()
         self.last: ResourceSample | None = None
 
     def start(self) -> None:
@@ -265,9 +266,11 @@ class ResourceSampler:
             m.queue_depth.labels(queue=name).set(snap[name])
         for i, frac in enumerate(snap["worker_busy"]):
             m.worker_busy.labels(worker=str(i)).set(frac)
+        interval_s, self._last_t_s = now - self._last_t_s, now
         for i, (util, used) in enumerate(zip(gpu_util, gpu_mem, strict=True)):
             m.gpu_utilization.labels(gpu=str(i)).set(util)
             m.gpu_memory_used.labels(gpu=str(i)).set(used)
+            m.gpu_busy.labels(gpu=str(i)).inc(util * interval_s)
         sample = ResourceSample(
             t_s=now,
             preproc_queue=snap["preproc_queue"],

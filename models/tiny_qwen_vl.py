@@ -198,6 +198,22 @@ def _preprocessor(fam: TinyFamily) -> dict[str, Any]:
     return pre
 
 
+def processor_configs(fam: TinyFamily) -> dict[str, dict[str, Any]]:
+    """The family's processor files: ``preprocessor_config.json`` and, for Qwen3-VL and
+    Qwen3.5 (whose ``Qwen3VLProcessor`` loads a video processor too),
+    ``video_preprocessor_config.json``."""
+    out = {"preprocessor_config.json": _preprocessor(fam)}
+    if fam.family in (Family.QWEN3_VL, Family.QWEN3_5):
+        s = fam.spec
+        out["video_preprocessor_config.json"] = {
+            "video_processor_type": "Qwen3VLVideoProcessor",
+            "processor_class": fam.processor_class, "patch_size": s.patch_size,
+            "temporal_patch_size": s.temporal_patch_size, "merge_size": s.merge_size,
+            "image_mean": list(s.image_mean), "image_std": list(s.image_std),
+            "size": {"shortest_edge": 4096, "longest_edge": s.max_pixels}}
+    return out
+
+
 def build(fam: TinyFamily, out_dir: Path | None = None, sizes: TinySizes | None = None, *,
           force: bool = False) -> Path:
     """Write the tiny model of ``fam`` to ``out_dir``; skip when an identical build is there."""
@@ -242,15 +258,8 @@ def build(fam: TinyFamily, out_dir: Path | None = None, sizes: TinySizes | None 
         "extra_special_tokens": {},
     }
     (tmp / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
-    (tmp / "preprocessor_config.json").write_text(json.dumps(_preprocessor(fam), indent=2))
-    if fam.family in (Family.QWEN3_VL, Family.QWEN3_5):  # Qwen3VLProcessor loads a video one
-        s = fam.spec
-        video = {"video_processor_type": "Qwen3VLVideoProcessor",
-                 "processor_class": fam.processor_class, "patch_size": s.patch_size,
-                 "temporal_patch_size": s.temporal_patch_size, "merge_size": s.merge_size,
-                 "image_mean": list(s.image_mean), "image_std": list(s.image_std),
-                 "size": {"shortest_edge": 4096, "longest_edge": s.max_pixels}}
-        (tmp / "video_preprocessor_config.json").write_text(json.dumps(video, indent=2))
+    for file, content in processor_configs(fam).items():
+        (tmp / file).write_text(json.dumps(content, indent=2))
     (tmp / "README.md").write_text(
         f"# {fam.dir_name} (built by `edgeserve models build-tiny --family {fam.family.value}`)\n\n"
         f"Random weights: outputs are meaningless text. Architecture: {fam.architecture}, LM "

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Build the project's virtual environment on a machine without a GPU.
+# Build the project's virtual environment. On a machine with an NVIDIA GPU (`nvidia-smi -L` lists
+# one, or `make GPU=1`; see scripts/detect_gpu.sh) upstream vLLM is installed with the CUDA torch
+# it pins, then edgeserve (step "GPU" below, steps 2, 3 and 5 skipped). Otherwise, the CPU build:
 #
 # What it does, in order (each step is skipped when already done):
 #   1. a virtual environment in .venv (Python 3.11)
@@ -19,9 +21,11 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${EDGESERVE_VENV:-$ROOT/.venv}"
 PY="${PYTHON:-python3.11}"
 STAMP="$VENV/.edgeserve-install-stamp"
+BUILD="$("$ROOT/scripts/detect_gpu.sh")"
+VLLM_GPU_VERSION="${VLLM_GPU_VERSION:-0.26.0}"  # the release built for torch 2.11
 
 inputs_hash() {
-    cat "$ROOT/scripts/install.sh" "$ROOT/pyproject.toml" "$ROOT"/requirements/*.txt | sha256sum | cut -d' ' -f1
+    { echo "$BUILD $VLLM_GPU_VERSION"; cat "$ROOT/scripts/install.sh" "$ROOT/pyproject.toml" "$ROOT"/requirements/*.txt; } | sha256sum | cut -d' ' -f1
 }
 
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$(inputs_hash)" ]]; then
@@ -37,6 +41,16 @@ if [[ ! -x "$VENV/bin/python" ]]; then
 fi
 PIP=("$VENV/bin/python" -m pip)
 "${PIP[@]}" install --quiet --upgrade "pip>=24" wheel
+
+if [[ "$BUILD" == gpu ]]; then
+    log "NVIDIA GPU: installing upstream vllm==$VLLM_GPU_VERSION with the CUDA torch it pins"
+    PIP_CONFIG_FILE=/dev/null PIP_FIND_LINKS= PIP_CONSTRAINT= \
+        "${PIP[@]}" install --progress-bar off "vllm==$VLLM_GPU_VERSION" -e "$ROOT[dev]"
+    "$VENV/bin/python" -c "import torch, vllm; print('[install] torch', torch.__version__, '| cuda', torch.cuda.is_available(), '| vllm', vllm.__version__)"
+    inputs_hash > "$STAMP"
+    log "done (GPU)"
+    exit 0
+fi
 
 # The machine-wide pip configuration points at a local wheel folder whose torch-2.13.0+cpu would
 # win over the PyPI build; torchvision from PyPI does not import beside that build. Install the

@@ -290,6 +290,11 @@ def format_summary(m: Mapping[str, Any], percentiles: Iterable[float] = DEFAULT_
             lines.append(f"{stage + ':':<44}{_fmt(ms)}")
     if server.get("stall_fraction") is not None:
         lines.append(f"{'Stall fraction (server):':<44}{_fmt(server['stall_fraction'])}")
+    if server.get("engine_busy_fraction") is not None:
+        lines.append(f"{'Engine busy fraction (step spans):':<44}"
+                     f"{_fmt(server['engine_busy_fraction'])}")
+    if server.get("gpu_busy_fraction") is not None:
+        lines.append(f"{'GPU busy fraction (NVML):':<44}{_fmt(server['gpu_busy_fraction'])}")
     if m.get("error_counts"):
         lines.append("{:-^60}".format(" Errors "))
         for err, n in list(m["error_counts"].items())[:5]:

@@ -12,7 +12,9 @@ seconds counter the time accumulated during the run. From that:
 * **server stall fraction** — a counter whose name contains ``stall`` and ends in
   ``_seconds_total`` (edgeserve's ``edgeserve_engine_stall_seconds``: engine idle while work
   waits in a CPU stage), divided by the run's duration; likewise the engine busy fraction from a
-  ``…busy_seconds`` counter. edgeserve settles these counters once per sample interval, so the
+  ``…busy_seconds`` counter (the engine's step spans: on a GPU, the time the GPU had a step to
+  run) and, where NVML is present, the GPU's own busy fraction from
+  ``edgeserve_gpu_busy_seconds`` (NVML utilization × sample interval, summed over GPUs). edgeserve settles these counters once per sample interval, so the
   second scrape waits for that (``settle_s``). vLLM has no such counter; for it only the client-side estimate
   (:func:`edgeserve.bench.report.client_stall_fraction`) exists.
 
@@ -113,14 +115,19 @@ def server_figures(before: Snapshot, after: Snapshot, duration_s: float) -> dict
             counter_s[family] = counter_s.get(family, 0.0) + value - before.counters.get(key, 0.0)
     stall_s = sum(v for f, v in counter_s.items() if "stall" in f) if any(
         "stall" in f for f in counter_s) else None
-    busy_s = sum(v for f, v in counter_s.items() if "busy" in f) if any(
-        "busy" in f for f in counter_s) else None
+    engine = {f: v for f, v in counter_s.items() if "busy" in f and "gpu" not in f}
+    busy_s = sum(engine.values()) if engine else None
+    # NVML busy time summed over GPUs (edgeserve_gpu_busy_seconds, one series per GPU)
+    gpu = {f: v for f, v in counter_s.items() if "gpu_busy" in f}
+    gpu_busy_s = sum(gpu.values()) if gpu else None
     return {
         "stage_mean_ms": stage_mean_ms,
         "counter_seconds": counter_s,
         "stall_s": stall_s,
         "stall_fraction": None if stall_s is None or duration_s <= 0 else stall_s / duration_s,
         "engine_busy_fraction": None if busy_s is None or duration_s <= 0 else busy_s / duration_s,
+        "gpu_busy_fraction": None if gpu_busy_s is None or duration_s <= 0
+        else gpu_busy_s / duration_s,
     }
 
 

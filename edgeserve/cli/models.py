@@ -29,6 +29,18 @@ def add_parser(sub: argparse._SubParsersAction, help_: str) -> None:
                    help="output folder (default: models/tiny-<family>, e.g. models/tiny-qwen2-vl)")
     b.add_argument("--force", action="store_true", help="rebuild even if up to date")
     b.set_defaults(func=_build_tiny)
+    r = msub.add_parser(
+        "build-random",
+        help="write a published checkpoint's architecture without weights (served with random ones)",
+        description="Write a model folder with the real architecture of a published Qwen-VL "
+        "checkpoint (config.json with its published values, a tokenizer with the real vocabulary "
+        "size, chat template, processor configs) and no weight files. `edgeserve serve` and "
+        "`vllm serve --load-format dummy` serve it with random weights: outputs are meaningless "
+        "text, step times and memory are the real model's. Image bounds capped at 1280 tokens.",
+    )
+    r.add_argument("shape", metavar="SHAPE", help=f"one of: {', '.join(_shape_names())}")
+    r.add_argument("--out", type=Path, required=True, help="output folder (replaced)")
+    r.set_defaults(func=_build_random)
     i = msub.add_parser("info", help="print a model folder's architecture and image settings")
     i.add_argument("path", type=Path, nargs="?", default=None, help="model folder (default: the tiny model)")
     i.set_defaults(func=_info)
@@ -68,6 +80,26 @@ def _build_tiny(args: argparse.Namespace) -> int:
     family = Family(args.family)
     out = build_family(family, args.out, force=args.force)
     print(f"tiny {family.display_name} ready in {out}")
+    return 0
+
+
+def _shape_names() -> list[str]:
+    from models.random_shapes import SHAPES
+
+    return list(SHAPES)
+
+
+def _build_random(args: argparse.Namespace) -> int:
+    from models.random_shapes import UnknownShapeError, build, shape
+
+    try:
+        s = shape(args.shape)
+    except UnknownShapeError as e:
+        print(f"edgeserve models build-random: {e}", file=sys.stderr)
+        return 2
+    out = build(s.name, args.out)
+    print(f"{s.name} ({s.checkpoint}, {s.published_params / 1e9:.2f} B parameters, no weights) "
+          f"ready in {out}")
     return 0
 
 

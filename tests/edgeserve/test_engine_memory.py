@@ -195,3 +195,15 @@ def test_the_state_dtype_follows_vllms_cpu_platform() -> None:
     assert cpu_ssm_dtype("auto", avx512_bf16=True) == "float32"
     assert cpu_ssm_dtype("bfloat16", avx512_bf16=True) == "bfloat16"
     assert cpu_ssm_dtype("auto", avx512_bf16=False) == "auto"
+
+
+def test_a_folder_without_weights_counts_the_random_weights_vllm_will_allocate(
+        tmp_path: Path, tiny_model_dir: Path) -> None:
+    from edgeserve.engine_memory import weights_bytes
+    from models.random_shapes import build
+
+    model = build("qwen2-vl-2b", tmp_path / "q2b")
+    assert weights_bytes(model) == pytest.approx(2 * 2.21e9, rel=0.01)  # bf16
+    on_disk = sum(p.stat().st_size for p in tiny_model_dir.glob("*.safetensors"))
+    assert weights_bytes(tiny_model_dir) == on_disk
+    assert weights_bytes(tmp_path) == 0  # not a model folder

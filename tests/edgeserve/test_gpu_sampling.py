@@ -67,6 +67,10 @@ def test_samples_carry_gpu_utilization_and_memory(tmp_path: Path) -> None:
     text = generate_latest(registry).decode()
     assert 'edgeserve_gpu_utilization{gpu="0"}' in text
     assert 'edgeserve_gpu_memory_used_bytes{gpu="0"}' in text
+    # busy seconds accumulate as utilization × interval: most of the 1.5 s under load
+    busy_s = next(float(line.split()[-1]) for line in text.splitlines()
+                  if line.startswith('edgeserve_gpu_busy_seconds_total{gpu="0"}'))
+    assert 0.5 < busy_s <= 0.5 * 4 + 0.1
     samples = [i for i in records.read_trace(trace) if isinstance(i, records.ResourceSample)]
     assert samples and samples[-1].gpu_mem_bytes[0] >= 4 << 30
     del block

@@ -52,3 +52,17 @@ def test_a_server_without_stall_counters_reports_none() -> None:
     assert fig["stage_mean_ms"] == {"vllm:request_queue_time": 250.0}
     assert fig["stall_fraction"] is None
     assert not has_settling_counters(snap)
+
+
+def test_gpu_busy_counts_apart_from_the_engines_step_spans() -> None:
+    reg = CollectorRegistry()
+    busy = Counter("edgeserve_engine_busy_seconds", "busy", registry=reg)
+    gpu = Counter("edgeserve_gpu_busy_seconds", "nvml", ["gpu"], registry=reg)
+    before = parse_metrics(generate_latest(reg).decode())
+    busy.inc(4.0)
+    gpu.labels(gpu="0").inc(3.0)
+    gpu.labels(gpu="1").inc(1.0)
+    fig = server_figures(before, parse_metrics(generate_latest(reg).decode()), duration_s=10.0)
+    assert fig["engine_busy_fraction"] == pytest.approx(0.4)
+    assert fig["gpu_busy_fraction"] == pytest.approx(0.4)  # 3 s + 1 s over 10 s
+    assert server_figures(before, before, 10.0)["gpu_busy_fraction"] is None

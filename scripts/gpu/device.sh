@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# On the lent GPU host, in the repository root (the working tree travels with every run).
+#   scripts/gpu/device.sh stage            copy the carried chunk(s) .gpu/wheels/c* to /tmp (one
+#                                          run per chunk; /tmp survives between runs while the
+#                                          host stays up)
+#   scripts/gpu/device.sh run [SERVERS]    install (once), build the random model, run
+#                                          benchmarks/gpu_compare.py for SERVERS (default: all),
+#                                          copy results, logs and traces to $OUT
+# Settings (environment): SHAPE (qwen2-vl-2b), TOKENS (1280), RATES, DURATION, API_SERVERS.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+STAGE=/tmp/edgeserve_wheels SITE=/tmp/edgeserve_site PARTS=/tmp/edgeserve_gpu_compare
+OUT=${OUT:-/tmp/edgeserve_out}
+mkdir -p "$STAGE" "$OUT"
+export PYTHONPATH="$SITE:$PWD" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 \
+    DO_NOT_TRACK=1 PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 NCCL_NVLS_ENABLE=0 \
+    TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+PY=${PYTHON:-python3}
+
+case "${1:-}" in
+stage)
+    shopt -s nullglob
+    chunks=(.gpu/wheels/c*)
+    [[ ${#chunks[@]} -gt 0 ]] || { echo "no chunk carried (carry .gpu/wheels/cN)" >&2; exit 2; }
+    for c in "${chunks[@]}"; do cp "$c"/* "$STAGE"/; echo "staged $c"; done
+    [[ -f .gpu/wheels/manifest.json ]] && cp .gpu/wheels/manifest.json "$STAGE"/
+    du -sh "$STAGE"
+    ;;
+run)
+    t0=$(date +%s)
+    if [[ ! -f "$SITE/.installed" ]]; then
+        $PY -m edgeserve.gpu_harness.install "$STAGE" "$SITE"
+        touch "$SITE/.installed"
+        echo "installed in $(( $(date +%s) - t0 )) s"
+    fi
+    $PY -c 'import torch, vllm; print("vllm", vllm.__version__, "torch", torch.__version__, torch.cuda.get_device_name())'
+    $PY setup.py -q build_ext --inplace --build-temp /tmp/mm-native >/dev/null 2>&1 \
+        && echo "mm_preproc C kernel built" || echo "mm_preproc C kernel not built (numpy path)"
+    SHAPE=${SHAPE:-qwen2-vl-2b}
+    MODEL=/tmp/edgeserve_models/$SHAPE
+    [[ -f "$MODEL/config.json" ]] || $PY -m edgeserve models build-random "$SHAPE" --out "$MODEL"
+    args=(--model "$MODEL" --image-tokens "${TOKENS:-1280}" --parts "$PARTS"
+          --out "$OUT/gpu_compare.json" --api-servers "${API_SERVERS:-4}")
+    [[ -n "${2:-}" ]] && args+=(--servers "$2")
+    [[ -n "${RATES:-}" ]] && args+=(--rates "$RATES")
+    [[ -n "${DURATION:-}" ]] && args+=(--duration "$DURATION")
+    rc=0
+    $PY benchmarks/gpu_compare.py "${args[@]}" 2>&1 | tee "$OUT/gpu_compare.log" || rc=$?
+    budget="$PARTS/$SHAPE-${TOKENS:-1280}tok"
+    mkdir -p "$OUT/logs" "$OUT/traces"
+    cp "$budget"/*.json "$OUT/" 2>/dev/null || true
+    for f in "$budget"/logs/*.log; do [[ -f $f ]] && tail -c 400000 "$f" > "$OUT/logs/$(basename "$f")"; done
+    for f in "$budget"/traces/*.jsonl; do [[ -f $f ]] && gzip -c "$f" > "$OUT/traces/$(basename "$f").gz"; done
+    cp "$budget"/gpu_busy.csv "$OUT/" 2>/dev/null || true
+    echo "done in $(( $(date +%s) - t0 )) s, rc $rc"
+    exit $rc
+    ;;
+*)
+    sed -n 2,9p "$0"; exit 2 ;;
+esac
