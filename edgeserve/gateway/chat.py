@@ -1,0 +1,166 @@
+"""``POST /v1/chat/completions`` through the gateway: validate, decide, forward, fall back, record.
+
+1. The body is parsed and validated by the server's own parser
+   (:func:`edgeserve.server.openai_protocol.parse_chat_request`) and each ``data:`` image by its
+   media rules, so a bad request gets the same 400 and message as from ``edgeserve serve``.
+2. The policy decides on a :class:`~sim.job.Job` built from the request and the live device —
+   the very ``Policy.decide`` the simulator calls.
+3. ``drop`` answers 503 with the reason. Otherwise the targets are tried in order: for ``cloud``
+   the up cloud endpoints, then the local servers; for ``local`` the local servers by load, then
+   (unless ``local_overflow`` is off or the policy is ``always_local``) the clouds. A target that
+   is unreachable, times out, answers 5xx or 429 passes the request on; the client sees one answer.
+4. One :class:`~edgeserve.records.RequestRecord` is written with ``placement`` (``local:<name>``,
+   ``cloud:<name>`` or ``drop``), ``decision_reason`` and the targets tried.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from aiohttp import web
+
+from edgeserve.gateway.config import SMALL
+from edgeserve.gateway.downgrade import downscale_images
+from edgeserve.gateway.live_job import build_job
+from edgeserve.gateway.state import GatewayState
+from edgeserve.gateway.targets import Target
+from edgeserve.gateway.upstream import Failure, FailureKind, call
+from edgeserve.records import Outcome, RequestRecord
+from edgeserve.server.media import MediaPolicy, load_data_url
+from edgeserve.server.openai_protocol import BadRequest, error_body, image_urls, parse_chat_request
+from sim.policies import Decision, Placement
+
+
+def error(status: int, message: str, type_: str, headers: dict[str, str] | None = None
+          ) -> web.Response:
+    return web.json_response(error_body(message, type_, status), status=status, headers=headers)
+
+
+def plan(state: GatewayState, decision: Decision) -> list[Target]:
+    d = state.device
+    if decision.placement is Placement.DROP:
+        return []
+    if decision.placement is Placement.CLOUD:
+        return d.cloud_order() + d.local_order()
+    overflow = state.config.local_overflow and state.policy_name != "always_local"
+    return d.local_order() + (d.cloud_order() if overflow else [])
+
+
+async def handle_chat(state: GatewayState, request: web.Request) -> web.StreamResponse:
+    arrived = time.monotonic()
+    body = await request.read()
+    rec = RequestRecord(id=state.next_id(), arrived_s=arrived, device="gateway")
+    try:
+        req = parse_chat_request(body, state.config.max_images_per_request)
+        media = MediaPolicy(None, False, 0.0, state.config.max_image_bytes)
+        for url in image_urls(req):
+            if url.startswith("data:"):
+                load_data_url(url, media)
+            elif not url.startswith(("http://", "https://")):
+                raise BadRequest("the gateway forwards images as data: URLs or http(s) URLs; "
+                                 "file:// URLs name a file only the gateway's host can read")
+    except BadRequest as e:
+        rec.outcome, rec.error, rec.finished_s = Outcome.REJECTED, str(e), time.monotonic()
+        state.write(rec)
+        state.metrics.requests.labels("none", rec.outcome.value).inc()
+        return error(400, str(e), "invalid_request_error")
+
+    dl = request.headers.get("X-Deadline-Ms")
+    if dl:
+        try:
+            rec.deadline_s = arrived + float(dl) / 1000.0
+        except ValueError:
+            return error(400, f"X-Deadline-Ms must be a number of milliseconds, got {dl!r}",
+                         "invalid_request_error")
+    job = build_job(req, rec, state.device)
+    decision = state.policy.decide(job, state.device)  # type: ignore[arg-type]
+    reading = state.device.sensors.reading
+    rec.decision_reason = decision.reason
+    rec.decision_temp_c = round(reading.temp_c, 3)
+    rec.sensor_source = reading.temp_source.value
+    rec.resolution_scale = decision.resolution_scale
+    rec.predicted_local_s = _finite(state.device.estimate_local_s(job))
+    rec.predicted_cloud_s = _finite(state.device.estimate_cloud_s(job))
+    m = state.metrics
+    m.temp_c.set(reading.temp_c)
+    if rec.predicted_local_s is not None:
+        m.predicted.labels("local").set(rec.predicted_local_s)
+    if rec.predicted_cloud_s is not None:
+        m.predicted.labels("cloud").set(rec.predicted_cloud_s)
+
+    if decision.placement is Placement.DROP:
+        return _finish_drop(state, rec, decision.reason)
+
+    doc = json.loads(body)
+    if decision.resolution_scale < 1.0:
+        downscale_images(doc, decision.resolution_scale)
+    size = SMALL if decision.model is not None else None
+    failures: list[str] = []
+    for target in plan(state, decision):
+        model = target.model_for(size, req.model)
+        if model is not None:
+            doc["model"] = model
+        rec.model = doc.get("model")
+        rec.attempts.append(target.label)
+        out_body = json.dumps(doc).encode()
+        queue_seen = target.queue_len
+        extra = {"X-Edgeserve-Placement": target.label,
+                 "X-Edgeserve-Decision-Reason": decision.reason}
+        target.inflight += 1
+        m.inflight.labels(target.label).set(target.inflight)
+        t0 = time.monotonic()
+        try:
+            res = await call(state.session, target, out_body, req.stream, request, extra)  # type: ignore[arg-type]
+        finally:
+            target.inflight -= 1
+            m.inflight.labels(target.label).set(target.inflight)
+        if isinstance(res, Failure):
+            failures.append(res.detail)
+            m.fallbacks.labels(target.label, res.kind.value).inc()
+            if res.kind is not FailureKind.BUSY:
+                target.mark_down()
+            continue
+        target.calls += 1
+        rec.placement = target.label
+        rec.first_token_s = res.first_token_s
+        rec.token_times_s = res.token_times_s
+        rec.last_token_s = res.token_times_s[-1] if res.token_times_s else res.first_token_s
+        rec.finished_s = res.finished_s
+        rec.prompt_tokens, rec.output_tokens = res.prompt_tokens, res.output_tokens
+        if res.status == 200 and res.error is None:
+            latency = res.finished_s - t0
+            if target.place.value == "local":
+                state.device.observe_local(target, job, latency, queue_seen)
+            else:
+                target.link.observe_call(len(out_body), res.headers_s - t0, latency)
+        else:
+            rec.outcome = Outcome.FAILED if res.status >= 400 or res.error else Outcome.OK
+            rec.error = res.error or f"HTTP {res.status}"
+        _record(state, rec)
+        return res.response
+    rec.outcome, rec.finished_s = Outcome.FAILED, time.monotonic()
+    rec.placement = "none"
+    rec.error = "no target could take the request: " + "; ".join(failures or ["no targets"])
+    _record(state, rec)
+    return error(503, rec.error, "service_unavailable", {"Retry-After": "1"})
+
+
+def _finite(x: float) -> float | None:
+    return x if x != float("inf") else None
+
+
+def _finish_drop(state: GatewayState, rec: RequestRecord, reason: str) -> web.Response:
+    rec.placement, rec.outcome = "drop", Outcome.DROPPED
+    rec.error, rec.finished_s = reason, time.monotonic()
+    _record(state, rec)
+    return error(503, f"dropped by policy {state.policy_name}: {reason}", "request_dropped",
+                 {"X-Edgeserve-Placement": "drop"})
+
+
+def _record(state: GatewayState, rec: RequestRecord) -> None:
+    state.write(rec)
+    placement = rec.placement or "none"
+    state.metrics.requests.labels(placement, rec.outcome.value).inc()
+    if rec.finished_s is not None:
+        state.metrics.e2e_seconds.labels(placement).observe(rec.finished_s - rec.arrived_s)
