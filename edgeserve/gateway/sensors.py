@@ -106,11 +106,15 @@ class Sensors:
 
     def describe(self) -> str:
         r = self.reading
-        t = {SensorSource.HOST: "host sensor",
-             SensorSource.VIRTUAL: f"virtual (profile {self.profile.name if self.profile else '?'} "
-                                   "RC thermal model driven by measured CPU utilisation)",
-             SensorSource.NONE: "none (no host sensor and no --profile)"}
-        return f"temperature: {t[r.temp_source]}; battery: {t[r.battery_source]}"
+        name = self.profile.name if self.profile else "?"
+        temp = {SensorSource.HOST: "host sensor",
+                SensorSource.VIRTUAL: f"virtual (profile {name} RC thermal model driven by "
+                                      "measured CPU utilisation)",
+                SensorSource.NONE: "none (no host sensor and no --profile: reads 0 °C)"}
+        bat = {SensorSource.HOST: "host sensor",
+               SensorSource.VIRTUAL: f"virtual (profile {name} battery drained by the same power)",
+               SensorSource.NONE: "none (no host battery and no profile battery)"}
+        return f"temperature: {temp[r.temp_source]}; battery: {bat[r.battery_source]}"
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
