@@ -43,6 +43,9 @@ def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
     p.add_argument("--profile", metavar="PROFILE",
                    help="device profile (name or YAML): the simulator's local latency estimate "
                    "and, where the host has no sensors, the virtual thermal/battery model")
+    p.add_argument("--sensors", choices=["auto", "virtual"],
+                   help="auto: the host's temperature/battery sensors where it has them, else "
+                   "the profile's virtual ones (default); virtual: always the profile's")
     p.add_argument("--no-local-overflow", dest="local_overflow", action="store_const",
                    const=False, help="never pass a busy (429) or failed local server's request "
                    "to the cloud")
@@ -57,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
                     + [parse_target(s, Place.CLOUD, i) for i, s in enumerate(args.cloud)])
     overrides: dict[str, Any] = {
         k: getattr(args, k) for k in ("host", "port", "api_keys", "rate_limit_per_s",
-                                      "rate_burst", "trace", "profile", "local_overflow")
+                                      "rate_burst", "trace", "profile", "local_overflow",
+                                      "sensors")
     }
     if args.policy is not None:
         overrides["policy"] = {"kind": args.policy}

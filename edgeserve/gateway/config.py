@@ -25,6 +25,11 @@ class Place(enum.StrEnum):
     CLOUD = "cloud"
 
 
+class SensorMode(enum.StrEnum):
+    AUTO = "auto"  # the host's sensors where it has them, else the profile's virtual ones
+    VIRTUAL = "virtual"  # the profile's virtual sensors even where the host has real ones
+
+
 LARGE = "large"
 SMALL = "small"
 
@@ -71,6 +76,7 @@ class GatewayConfig:
     local_overflow: bool = True  # a busy or failed local server passes the request to the cloud
     trace: str | None = None
     profile: str | None = None  # a device profile: local latency model and virtual sensors
+    sensors: SensorMode = SensorMode.AUTO
     max_images_per_request: int = 8
     max_image_bytes: int = 20 * 1024 * 1024
     metrics_poll_s: float = 0.25  # how often the local servers' /metrics are read
@@ -94,6 +100,8 @@ class GatewayConfig:
                         ("cloud_uplink_mbps", self.cloud_uplink_mbps)):
             if v <= 0:
                 raise ConfigError(f"{name} must be > 0, got {v}")
+        if self.sensors is SensorMode.VIRTUAL and self.profile is None:
+            raise ConfigError("virtual sensors need a device profile: give --profile")
 
     def of(self, place: Place) -> list[TargetConfig]:
         return [t for t in self.targets if t.place is place]

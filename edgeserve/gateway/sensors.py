@@ -61,8 +61,10 @@ def host_battery_fraction() -> float | None:
 class Sensors:
     """Samples every ``interval_s``; :attr:`reading` is the latest."""
 
-    def __init__(self, profile: DeviceProfile | None, interval_s: float) -> None:
+    def __init__(self, profile: DeviceProfile | None, interval_s: float,
+                 host: bool = True) -> None:
         self.profile = profile
+        self.host = host  # False: virtual sensors even where the host has real ones
         self.interval_s = interval_s
         self.node = ThermalNode(profile.thermal, time.monotonic()) if profile else None
         bat = profile.battery if profile else None
@@ -83,14 +85,14 @@ class Sensors:
         now = time.monotonic()
         dt, self._t = now - self._t, now
         power = self.power_w(util)
-        temp = host_temp_c()
+        temp = host_temp_c() if self.host else None
         temp_src = SensorSource.HOST
         if temp is None:
             if self.node is not None:
                 temp, temp_src = self.node.advance(now, power), SensorSource.VIRTUAL
             else:
                 temp, temp_src = 0.0, SensorSource.NONE
-        bat = host_battery_fraction()
+        bat = host_battery_fraction() if self.host else None
         bat_src = SensorSource.HOST
         if bat is None:
             if self._bat_capacity_j:

@@ -11,7 +11,7 @@ import aiohttp
 
 from edgeserve import records
 from edgeserve.gateway.auth import RateLimiter
-from edgeserve.gateway.config import GatewayConfig, Place
+from edgeserve.gateway.config import GatewayConfig, Place, SensorMode
 from edgeserve.gateway.live_device import LiveDevice
 from edgeserve.gateway.metrics import GatewayMetrics
 from edgeserve.gateway.sensors import Sensors
@@ -62,7 +62,7 @@ def build_state(cfg: GatewayConfig) -> GatewayState:
 
     profile = load_device_profile(cfg.profile) if cfg.profile else None
     targets = [Target(t, uplink_bps=cfg.cloud_uplink_mbps * 1e6) for t in cfg.targets]
-    sensors = Sensors(profile, cfg.sensor_interval_s)
+    sensors = Sensors(profile, cfg.sensor_interval_s, host=cfg.sensors is SensorMode.AUTO)
     device = LiveDevice([t for t in targets if t.place is Place.LOCAL],
                         [t for t in targets if t.place is Place.CLOUD], sensors, profile)
     trace = None
