@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import yaml
-
 from conftest import (
     Proc,
     answer,
