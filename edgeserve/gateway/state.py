@@ -14,6 +14,7 @@ from edgeserve.gateway.auth import RateLimiter
 from edgeserve.gateway.config import GatewayConfig, Place, SensorMode
 from edgeserve.gateway.live_device import LiveDevice
 from edgeserve.gateway.metrics import GatewayMetrics
+from edgeserve.gateway.pii import mask_record
 from edgeserve.gateway.sensors import Sensors
 from edgeserve.gateway.targets import Target
 from sim.config import PolicyConfig
@@ -53,7 +54,7 @@ class GatewayState:
 
     def write(self, rec: records.RequestRecord) -> None:
         if self.trace is not None:
-            self.trace.write(rec)
+            self.trace.write(mask_record(rec))
             self.trace.flush()
 
 

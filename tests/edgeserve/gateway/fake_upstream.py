@@ -2,7 +2,8 @@
 
 It answers chat completions after ``--delay-s``, one request at a time (``--slots``), the rest
 waiting; it reports its waiting and running counts in ``/metrics`` with edgeserve's gauge names;
-``--status`` makes every completion answer that HTTP status instead (429, 500). The reply names the
+``--status`` makes every completion answer that HTTP status instead (400, 429, 500), its message
+quoting the request's text. The reply names the
 upstream (``--name``), the model asked for and the largest image it received, so that a test can
 see where a request went and what it carried. A real edgeserve server takes tens of seconds of
 CPU to start; these tests check routing, for which a plain HTTP upstream is enough.
@@ -36,9 +37,12 @@ def main() -> None:
 
     async def chat(request: web.Request) -> web.StreamResponse:
         doc = await request.json()
-        if args.status != 200:
-            return web.json_response({"error": {"message": f"{args.name} says {args.status}"}},
-                                     status=args.status)
+        if args.status != 200:  # the message echoes the request's text, as some servers do
+            said = " ".join(p.get("text", "") for m in doc["messages"]
+                            if isinstance(m.get("content"), list) for p in m["content"])
+            return web.json_response(
+                {"error": {"message": f"{args.name} says {args.status} to: {said}"}},
+                status=args.status)
         counts["waiting"] += 1
         async with sem:
             counts["waiting"] -= 1
