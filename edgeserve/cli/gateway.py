@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from edgeserve.gateway.config import CLOUD_KEY_ENV, Place, load_gateway_config, parse_target
+from edgeserve.gateway.embedder import EmbedderUnavailable
 from sim.schema import ConfigError
 
 
@@ -46,6 +47,13 @@ def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
     p.add_argument("--sensors", choices=["auto", "virtual"],
                    help="auto: the host's temperature/battery sensors where it has them, else "
                    "the profile's virtual ones (default); virtual: always the profile's")
+    p.add_argument("--cache-capacity", type=int, metavar="N",
+                   help="semantic cache of N answers (needs pip install 'edgeserve[cache]'); "
+                   "0: none (default)")
+    p.add_argument("--cache-ttl", type=float, dest="cache_ttl_s", metavar="S",
+                   help="seconds a cached answer lives (default 300)")
+    p.add_argument("--cache-threshold", type=float, metavar="COS",
+                   help="cosine similarity of the request texts for a hit (default 0.95)")
     p.add_argument("--no-local-overflow", dest="local_overflow", action="store_const",
                    const=False, help="never pass a busy (429) or failed local server's request "
                    "to the cloud")
@@ -61,14 +69,15 @@ def run(args: argparse.Namespace) -> int:
     overrides: dict[str, Any] = {
         k: getattr(args, k) for k in ("host", "port", "api_keys", "rate_limit_per_s",
                                       "rate_burst", "trace", "profile", "local_overflow",
-                                      "sensors")
+                                      "sensors", "cache_capacity", "cache_ttl_s",
+                                      "cache_threshold")
     }
     if args.policy is not None:
         overrides["policy"] = {"kind": args.policy}
     try:
         cfg = load_gateway_config(args.config, overrides, flag_targets)
         state = build_state(cfg)
-    except (ConfigError, ValueError) as e:
+    except (ConfigError, ValueError, EmbedderUnavailable) as e:
         print(f"edgeserve gateway: {e}", file=sys.stderr)
         return 2
 

@@ -10,7 +10,10 @@
    (unless ``local_overflow`` is off or the policy is ``always_local``) the clouds. A target that
    is unreachable, times out, answers 5xx or 429 passes the request on; the client sees one answer.
 4. One :class:`~edgeserve.records.RequestRecord` is written with ``placement`` (``local:<name>``,
-   ``cloud:<name>`` or ``drop``), ``decision_reason`` and the targets tried.
+   ``cloud:<name>``, ``cache`` or ``drop``), ``decision_reason`` and the targets tried.
+
+With a semantic cache (``--cache-capacity``), a non-streamed request whose text has no personal
+data is first looked up there (:mod:`.semantic_cache`); a hit answers at once, before the policy.
 """
 
 from __future__ import annotations
@@ -18,17 +21,26 @@ from __future__ import annotations
 import json
 import time
 
+import numpy as np
 from aiohttp import web
 
 from edgeserve.gateway.config import SMALL
 from edgeserve.gateway.downgrade import downscale_images
-from edgeserve.gateway.live_job import build_job
+from edgeserve.gateway.live_job import build_job, request_text
+from edgeserve.gateway.pii import mask
+from edgeserve.gateway.semantic_cache import Hit, context_key
 from edgeserve.gateway.state import GatewayState
 from edgeserve.gateway.targets import Target
 from edgeserve.gateway.upstream import Failure, FailureKind, call
 from edgeserve.records import Outcome, RequestRecord
 from edgeserve.server.media import MediaPolicy, load_data_url
-from edgeserve.server.openai_protocol import BadRequest, error_body, image_urls, parse_chat_request
+from edgeserve.server.openai_protocol import (
+    BadRequest,
+    ChatRequest,
+    error_body,
+    image_urls,
+    parse_chat_request,
+)
 from sim.policies import Decision, Placement
 
 
@@ -74,6 +86,11 @@ async def handle_chat(state: GatewayState, request: web.Request) -> web.StreamRe
             return error(400, f"X-Deadline-Ms must be a number of milliseconds, got {dl!r}",
                          "invalid_request_error")
     job = build_job(req, rec, state.device)
+    key = cache_key(state, req)
+    if key is not None and state.cache is not None:
+        hit = state.cache.lookup(*key)
+        if hit is not None:
+            return _answer_from_cache(state, rec, hit)
     decision = state.policy.decide(job, state.device)  # type: ignore[arg-type]
     reading = state.device.sensors.reading
     rec.decision_reason = decision.reason
@@ -129,6 +146,8 @@ async def handle_chat(state: GatewayState, request: web.Request) -> web.StreamRe
         rec.finished_s = res.finished_s
         rec.prompt_tokens, rec.output_tokens = res.prompt_tokens, res.output_tokens
         if res.status == 200 and res.error is None:
+            if key is not None and state.cache is not None and res.body and _no_pii(res.body):
+                state.cache.store(*key, res.body)
             latency = res.finished_s - t0
             if target.place.value == "local":
                 state.device.observe_local(target, job, latency, queue_seen)
@@ -144,6 +163,36 @@ async def handle_chat(state: GatewayState, request: web.Request) -> web.StreamRe
     rec.error = "no target could take the request: " + "; ".join(failures or ["no targets"])
     _record(state, rec)
     return error(503, rec.error, "service_unavailable", {"Retry-After": "1"})
+
+
+def cache_key(state: GatewayState, req: ChatRequest) -> tuple[str, np.ndarray] | None:
+    """(context, embedding) of a request the cache may answer or keep: not streamed, and with no
+    personal data in its text (a masked text would match another person's question)."""
+    if state.cache is None or state.embedder is None or req.stream:
+        return None
+    text = request_text(req)
+    if mask(text) != text:
+        return None
+    context = context_key(req.model or "", str(req.output_limit), *image_urls(req))
+    return context, state.embedder.embed(text)
+
+
+def _no_pii(body: bytes) -> bool:
+    try:
+        text = json.loads(body)["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return False
+    return isinstance(text, str) and mask(text) == text
+
+
+def _answer_from_cache(state: GatewayState, rec: RequestRecord, hit: Hit) -> web.Response:
+    rec.placement = "cache"
+    rec.decision_reason = f"semantic cache hit (similarity {hit.similarity:.3f})"
+    rec.finished_s = rec.first_token_s = time.monotonic()
+    _record(state, rec)
+    return web.Response(body=hit.body, headers={
+        "Content-Type": "application/json", "X-Edgeserve-Placement": "cache",
+        "X-Edgeserve-Decision-Reason": rec.decision_reason})
 
 
 def _finite(x: float) -> float | None:

@@ -83,6 +83,9 @@ class GatewayConfig:
     probe_s: float = 2.0  # how often each cloud endpoint's RTT is probed
     sensor_interval_s: float = 0.25
     cloud_uplink_mbps: float = 20.0  # the link estimate's starting point, before measurements
+    cache_capacity: int = 0  # semantic cache entries; 0: no cache
+    cache_ttl_s: float = 300.0
+    cache_threshold: float = 0.95  # cosine similarity of the texts for a hit
 
     def __post_init__(self) -> None:
         if not self.targets:
@@ -100,6 +103,9 @@ class GatewayConfig:
                         ("cloud_uplink_mbps", self.cloud_uplink_mbps)):
             if v <= 0:
                 raise ConfigError(f"{name} must be > 0, got {v}")
+        if self.cache_capacity < 0 or self.cache_ttl_s <= 0 or not 0 < self.cache_threshold <= 1:
+            raise ConfigError("cache_capacity must be >= 0, cache_ttl_s > 0 and cache_threshold "
+                              "in (0, 1]")
         if self.sensors is SensorMode.VIRTUAL and self.profile is None:
             raise ConfigError("virtual sensors need a device profile: give --profile")
 

@@ -63,6 +63,18 @@ def text_chars(req: ChatRequest) -> int:
     return n
 
 
+def request_text(req: ChatRequest) -> str:
+    """The request's text, one line per message (``role: text``): what the cache embeds."""
+    lines = []
+    for m in req.messages:
+        if isinstance(m.content, str):
+            lines.append(f"{m.role}: {m.content}")
+        elif m.content:
+            lines.append(f"{m.role}: " + " ".join(p.text for p in m.content
+                                                   if isinstance(p, TextPart)))
+    return "\n".join(lines)
+
+
 def build_job(req: ChatRequest, rec: RequestRecord, device: object) -> Job:
     sizes = [image_size(u) for u in image_urls(req)]
     src = tgt = tokens = 0

@@ -12,9 +12,11 @@ import aiohttp
 from edgeserve import records
 from edgeserve.gateway.auth import RateLimiter
 from edgeserve.gateway.config import GatewayConfig, Place, SensorMode
+from edgeserve.gateway.embedder import Embedder
 from edgeserve.gateway.live_device import LiveDevice
 from edgeserve.gateway.metrics import GatewayMetrics
 from edgeserve.gateway.pii import mask_record
+from edgeserve.gateway.semantic_cache import SemanticCache
 from edgeserve.gateway.sensors import Sensors
 from edgeserve.gateway.targets import Target
 from sim.config import PolicyConfig
@@ -31,6 +33,8 @@ class GatewayState:
     limiter: RateLimiter
     metrics: GatewayMetrics
     trace: records.TraceWriter | None
+    cache: SemanticCache | None = None
+    embedder: Embedder | None = None
     session: aiohttp.ClientSession | None = None
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     seq: int = 0
@@ -75,5 +79,11 @@ def build_state(cfg: GatewayConfig) -> GatewayState:
                                "models": t.models} for t in cfg.targets],
                   "profile": cfg.profile, "sensors": sensors.describe()})
         trace = records.TraceWriter(cfg.trace, header)
+    cache = embedder = None
+    if cfg.cache_capacity:
+        embedder = Embedder()
+        cache = SemanticCache(cfg.cache_capacity, embedder.dim, cfg.cache_ttl_s,
+                              cfg.cache_threshold)
     return GatewayState(cfg, targets, device, make_policy(cfg.policy), cfg.policy.kind,
-                        RateLimiter(cfg.rate_limit_per_s, cfg.rate_burst), GatewayMetrics(), trace)
+                        RateLimiter(cfg.rate_limit_per_s, cfg.rate_burst), GatewayMetrics(), trace,
+                        cache, embedder)

@@ -47,6 +47,7 @@ class Relayed:
     prompt_tokens: int = 0
     output_tokens: int = 0
     error: str | None = None
+    body: bytes | None = None  # a non-streamed answer's body
 
 
 def _headers(target: Target) -> dict[str, str]:
@@ -85,7 +86,7 @@ async def _relay_body(resp: aiohttp.ClientResponse, request: web.Request, header
     data = await resp.read()
     web_resp = web.Response(body=data, status=resp.status, headers={
         "Content-Type": resp.headers.get("Content-Type", "application/json"), **extra})
-    out = Relayed(resp.status, headers_s, web_resp, finished_s=time.monotonic())
+    out = Relayed(resp.status, headers_s, web_resp, finished_s=time.monotonic(), body=data)
     try:
         doc = json.loads(data)
     except ValueError:

@@ -87,7 +87,8 @@ def main() -> None:
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(text=(
             f'edgeserve_queue_depth{{queue="engine_waiting"}} {counts["waiting"]}\n'
-            f'edgeserve_queue_depth{{queue="engine_running"}} {counts["running"]}\n'))
+            f'edgeserve_queue_depth{{queue="engine_running"}} {counts["running"]}\n'
+            f'fake_served_total {counts["served"]}\n'))
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
