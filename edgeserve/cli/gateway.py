@@ -20,8 +20,10 @@ def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
         "gateway", help=help_,
         description="An OpenAI-compatible gateway that runs the simulator's offload policy "
         "(the same Policy.decide as `edgeserve sim`) live: each request goes to a local "
-        "edgeserve server, a cloud endpoint, or is dropped, possibly with a smaller image or "
-        "model; every decision is written to the trace.",
+        "edgeserve server or a cloud endpoint (falling back to the next when one fails), is "
+        "answered from the semantic cache, or is dropped, possibly with a smaller image or model; "
+        "every decision is written to the trace. POST /admin/policy {\"policy\": NAME} switches "
+        "the policy for the next request. See docs/gateway.md.",
     )
     p.add_argument("--config", metavar="FILE", help="YAML/JSON gateway config (targets with "
                    "models and api_key_env, policy with params, limits); flags win over it")
@@ -39,7 +41,7 @@ def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
     p.add_argument("--rate-limit", type=float, dest="rate_limit_per_s", metavar="PER_S",
                    help="requests per second per API key (per client address without keys); "
                    "0: unlimited (default)")
-    p.add_argument("--rate-burst", type=int, help="requests a key may send at once (default 10)")
+    p.add_argument("--rate-burst", type=int, metavar="N", help="requests a key may send at once (default 10)")
     p.add_argument("--trace", metavar="FILE", help="write one record per request (JSON Lines)")
     p.add_argument("--profile", metavar="PROFILE",
                    help="device profile (name or YAML): the simulator's local latency estimate "

@@ -110,7 +110,11 @@ async def _relay_stream(resp: aiohttp.ClientResponse, request: web.Request, head
     await client.prepare(request)
     try:
         async for line in resp.content:
-            await client.write(line)
+            try:
+                await client.write(line)
+            except ConnectionResetError:
+                out.error = "the client went away"
+                break
             text = line.strip()
             if not text.startswith(b"data:") or text == b"data: [DONE]":
                 continue
@@ -130,7 +134,8 @@ async def _relay_stream(resp: aiohttp.ClientResponse, request: web.Request, head
                 out.output_tokens = int(usage.get("completion_tokens") or 0)
     except (aiohttp.ClientError, TimeoutError, asyncio.IncompleteReadError) as e:
         out.error = f"upstream stream broke: {e}"  # the client has its partial answer
-    await client.write_eof()
+    if out.error != "the client went away":
+        await client.write_eof()
     out.finished_s = time.monotonic()
     if not out.output_tokens:
         out.output_tokens = len(out.token_times_s)
