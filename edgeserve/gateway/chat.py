@@ -20,18 +20,19 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import numpy as np
 from aiohttp import web
 
-from edgeserve.gateway.config import SMALL
+from edgeserve.gateway.config import SMALL, Place
 from edgeserve.gateway.downgrade import downscale_images
 from edgeserve.gateway.live_job import build_job, request_text
 from edgeserve.gateway.pii import mask
 from edgeserve.gateway.semantic_cache import Hit, context_key
 from edgeserve.gateway.state import GatewayState
 from edgeserve.gateway.targets import Target
-from edgeserve.gateway.upstream import Failure, FailureKind, call
+from edgeserve.gateway.upstream import CLIENT_LEFT, Failure, FailureKind, Relayed, call
 from edgeserve.records import Outcome, RequestRecord
 from edgeserve.server.media import MediaPolicy, load_data_url
 from edgeserve.server.openai_protocol import (
@@ -41,6 +42,7 @@ from edgeserve.server.openai_protocol import (
     image_urls,
     parse_chat_request,
 )
+from sim.job import Job
 from sim.policies import Decision, Placement
 
 
@@ -64,54 +66,76 @@ async def handle_chat(state: GatewayState, request: web.Request) -> web.StreamRe
     body = await request.read()
     rec = RequestRecord(id=state.next_id(), arrived_s=arrived, device="gateway")
     try:
-        req = parse_chat_request(body, state.config.max_images_per_request)
-        media = MediaPolicy(None, False, 0.0, state.config.max_image_bytes)
-        for url in image_urls(req):
-            if url.startswith("data:"):
-                load_data_url(url, media)
-            elif not url.startswith(("http://", "https://")):
-                raise BadRequest("the gateway forwards images as data: URLs or http(s) URLs; "
-                                 "file:// URLs name a file only the gateway's host can read")
+        req = validate(body, state.config.max_images_per_request, state.config.max_image_bytes)
+        rec.deadline_s = deadline_s(request.headers.get("X-Deadline-Ms"), arrived)
     except BadRequest as e:
-        rec.outcome, rec.error, rec.finished_s = Outcome.REJECTED, str(e), time.monotonic()
-        state.write(rec)
-        state.metrics.requests.labels("none", rec.outcome.value).inc()
+        rec.placement, rec.outcome, rec.error = "none", Outcome.REJECTED, str(e)
+        rec.finished_s = time.monotonic()
+        _record(state, rec)
         return error(400, str(e), "invalid_request_error")
-
-    dl = request.headers.get("X-Deadline-Ms")
-    if dl:
-        try:
-            rec.deadline_s = arrived + float(dl) / 1000.0
-        except ValueError:
-            return error(400, f"X-Deadline-Ms must be a number of milliseconds, got {dl!r}",
-                         "invalid_request_error")
     job = build_job(req, rec, state.device)
     key = cache_key(state, req)
     if key is not None and state.cache is not None:
         hit = state.cache.lookup(*key)
         if hit is not None:
             return _answer_from_cache(state, rec, hit)
-    decision = state.policy.decide(job, state.device)  # type: ignore[arg-type]
-    reading = state.device.sensors.reading
+    decision = decide(state, job)
+    if decision.placement is Placement.DROP:
+        return _finish_drop(state, rec, decision.reason)
+    doc = json.loads(body)
+    if decision.resolution_scale < 1.0:
+        downscale_images(doc, decision.resolution_scale)
+    return await forward(state, request, req, doc, decision, job, key)
+
+
+def validate(body: bytes, max_images: int, max_image_bytes: int) -> ChatRequest:
+    """The server's own parsing and image checks; raises :class:`BadRequest`."""
+    req = parse_chat_request(body, max_images)
+    media = MediaPolicy(None, False, 0.0, max_image_bytes)
+    for url in image_urls(req):
+        if url.startswith("data:"):
+            load_data_url(url, media)
+        elif not url.startswith(("http://", "https://")):
+            raise BadRequest("the gateway forwards images as data: URLs or http(s) URLs; "
+                             "file:// URLs name a file only the gateway's host can read")
+    return req
+
+
+def deadline_s(header: str | None, arrived_s: float) -> float | None:
+    if not header:
+        return None
+    try:
+        return arrived_s + float(header) / 1000.0
+    except ValueError:
+        raise BadRequest(f"X-Deadline-Ms must be a number of milliseconds, got {header!r}"
+                         ) from None
+
+
+def decide(state: GatewayState, job: Job) -> Decision:
+    """The policy's decision, with what it saw written into the job's record."""
+    device, rec = state.device, job.rec
+    decision = state.policy.decide(job, device)  # type: ignore[arg-type]
+    reading = device.sensors.reading
     rec.decision_reason = decision.reason
     rec.decision_temp_c = round(reading.temp_c, 3)
     rec.sensor_source = reading.temp_source.value
     rec.resolution_scale = decision.resolution_scale
-    rec.predicted_local_s = _finite(state.device.estimate_local_s(job))
-    rec.predicted_cloud_s = _finite(state.device.estimate_cloud_s(job))
+    rec.predicted_local_s = _finite(device.estimate_local_s(job))
+    rec.predicted_cloud_s = _finite(device.estimate_cloud_s(job))
     m = state.metrics
     m.temp_c.set(reading.temp_c)
     if rec.predicted_local_s is not None:
         m.predicted.labels("local").set(rec.predicted_local_s)
     if rec.predicted_cloud_s is not None:
         m.predicted.labels("cloud").set(rec.predicted_cloud_s)
+    return decision
 
-    if decision.placement is Placement.DROP:
-        return _finish_drop(state, rec, decision.reason)
 
-    doc = json.loads(body)
-    if decision.resolution_scale < 1.0:
-        downscale_images(doc, decision.resolution_scale)
+async def forward(state: GatewayState, request: web.Request, req: ChatRequest,
+                  doc: dict[str, Any], decision: Decision, job: Job,
+                  key: tuple[str, np.ndarray] | None) -> web.StreamResponse:
+    """Try the plan's targets in order until one answers; record the outcome."""
+    rec, m = job.rec, state.metrics
     size = SMALL if decision.model is not None else None
     failures: list[str] = []
     for target in plan(state, decision):
@@ -128,7 +152,8 @@ async def handle_chat(state: GatewayState, request: web.Request) -> web.StreamRe
         m.inflight.labels(target.label).set(target.inflight)
         t0 = time.monotonic()
         try:
-            res = await call(state.session, target, out_body, req.stream, request, extra)  # type: ignore[arg-type]
+            assert state.session is not None
+            res = await call(state.session, target, out_body, req.stream, request, extra)
         finally:
             target.inflight -= 1
             m.inflight.labels(target.label).set(target.inflight)
@@ -139,30 +164,36 @@ async def handle_chat(state: GatewayState, request: web.Request) -> web.StreamRe
                 target.mark_down()
             continue
         target.calls += 1
-        rec.placement = target.label
-        rec.first_token_s = res.first_token_s
-        rec.token_times_s = res.token_times_s
-        rec.last_token_s = res.token_times_s[-1] if res.token_times_s else res.first_token_s
-        rec.finished_s = res.finished_s
-        rec.prompt_tokens, rec.output_tokens = res.prompt_tokens, res.output_tokens
-        if res.status == 200 and res.error is None:
+        _fill(rec, target, res)
+        if rec.outcome is Outcome.OK:
             if key is not None and state.cache is not None and res.body and _no_pii(res.body):
                 state.cache.store(*key, res.body)
             latency = res.finished_s - t0
-            if target.place.value == "local":
+            if target.place is Place.LOCAL:
                 state.device.observe_local(target, job, latency, queue_seen)
             else:
                 target.link.observe_call(len(out_body), res.headers_s - t0, latency)
-        else:
-            rec.outcome = Outcome.FAILED if res.status >= 400 or res.error else Outcome.OK
-            rec.error = res.error or f"HTTP {res.status}"
         _record(state, rec)
         return res.response
-    rec.outcome, rec.finished_s = Outcome.FAILED, time.monotonic()
-    rec.placement = "none"
+    rec.placement, rec.outcome, rec.finished_s = "none", Outcome.FAILED, time.monotonic()
     rec.error = "no target could take the request: " + "; ".join(failures or ["no targets"])
     _record(state, rec)
     return error(503, rec.error, "service_unavailable", {"Retry-After": "1"})
+
+
+def _fill(rec: RequestRecord, target: Target, res: Relayed) -> None:
+    rec.placement = target.label
+    rec.first_token_s = res.first_token_s
+    rec.token_times_s = res.token_times_s
+    rec.last_token_s = res.token_times_s[-1] if res.token_times_s else res.first_token_s
+    rec.finished_s = res.finished_s
+    rec.prompt_tokens, rec.output_tokens = res.prompt_tokens, res.output_tokens
+    if res.error == CLIENT_LEFT:
+        rec.outcome, rec.error = Outcome.ABORTED, res.error
+    elif 400 <= res.status < 500:  # the target refused the request itself (a bad image, …)
+        rec.outcome, rec.error = Outcome.REJECTED, res.error or f"HTTP {res.status}"
+    elif res.error is not None or res.status != 200:
+        rec.outcome, rec.error = Outcome.FAILED, res.error or f"HTTP {res.status}"
 
 
 def cache_key(state: GatewayState, req: ChatRequest) -> tuple[str, np.ndarray] | None:

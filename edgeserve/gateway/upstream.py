@@ -20,6 +20,8 @@ from aiohttp import web
 
 from edgeserve.gateway.targets import Target
 
+CLIENT_LEFT = "the client went away"
+
 
 class FailureKind(enum.StrEnum):
     UNREACHABLE = "unreachable"  # refused, reset, DNS
@@ -113,7 +115,7 @@ async def _relay_stream(resp: aiohttp.ClientResponse, request: web.Request, head
             try:
                 await client.write(line)
             except ConnectionResetError:
-                out.error = "the client went away"
+                out.error = CLIENT_LEFT
                 break
             text = line.strip()
             if not text.startswith(b"data:") or text == b"data: [DONE]":
@@ -134,7 +136,7 @@ async def _relay_stream(resp: aiohttp.ClientResponse, request: web.Request, head
                 out.output_tokens = int(usage.get("completion_tokens") or 0)
     except (aiohttp.ClientError, TimeoutError, asyncio.IncompleteReadError) as e:
         out.error = f"upstream stream broke: {e}"  # the client has its partial answer
-    if out.error != "the client went away":
+    if out.error != CLIENT_LEFT:
         await client.write_eof()
     out.finished_s = time.monotonic()
     if not out.output_tokens:

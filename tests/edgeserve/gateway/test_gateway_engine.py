@@ -63,7 +63,8 @@ def test_gateway_in_front_of_two_edgeserve_servers(
     # an image the server cannot decode: edgeserve's own 400, relayed, and no fallback
     status, _, raw = chat(gw, chat_body(image="data:image/png;base64,bm90IGFuIGltYWdl"))
     assert status == 400, raw
-    assert trace_records(tmp_path)[-1]["attempts"] == ["cloud:c"]
+    rec = trace_records(tmp_path)[-1]
+    assert rec["attempts"] == ["cloud:c"] and rec["outcome"] == "rejected"
 
     cloud.stop()  # the cloud goes away: the next request still gets an answer, locally
     status, headers, raw = chat(gw, chat_body(image=image))

@@ -42,7 +42,7 @@ def test_pii_in_a_request_never_appears_in_the_trace(tmp_path: Path, procs: list
     assert PII[0] in json.loads(raw)["error"]["message"]  # the client gets its upstream's answer
     rec = trace_records(tmp_path)[-1]
     assert rec["error"].startswith("echo says 400 to: my details: <email>, <phone>, <card>")
-    assert rec["model"] == "<email>"
+    assert rec["model"] == "<email>" and rec["outcome"] == "rejected"
     written = (tmp_path / "gateway.jsonl").read_text()
     for item in PII:
         assert item not in written
