@@ -80,3 +80,25 @@ def test_virtual_sensor_past_its_trip_point_offloads_then_downgrades(
         for b in burners:
             b.kill()
             b.wait()
+
+
+def test_virtual_battery_drains_and_energy_aware_offloads(tmp_path: Path,
+                                                          procs: list[Proc]) -> None:
+    """A 0.01 Wh (36 J) virtual battery under at least the profile's 2 W base power is below
+    half within 9 s of start-up, whatever the CPU load."""
+    raw = yaml.safe_load(hot_profile(tmp_path).read_text())
+    raw["base_w"] = 2.0
+    raw["battery"] = {"capacity_wh": 0.01, "initial_fraction": 1.0, "low_fraction": 0.5}
+    profile = tmp_path / "battery.yaml"
+    profile.write_text(yaml.safe_dump(raw))
+    procs.append(loc := upstream(tmp_path, "loc"))
+    procs.append(cl := upstream(tmp_path, "cl"))
+    procs.append(gw := gateway(tmp_path, "--local", loc.url, "--cloud", cl.url, "--profile",
+                               str(profile), "--sensors", "virtual", "--policy", "energy_aware"))
+    assert "battery: virtual (profile hot-test battery" in gw.log.read_text()
+    deadline = time.monotonic() + 30
+    while (get_json(gw.url + "/health")["device"]["battery_fraction"] or 1.0) >= 0.5:
+        assert time.monotonic() < deadline, "the virtual battery never drained"
+        time.sleep(0.2)
+    assert answer(chat(gw, chat_body())[2])["upstream"] == "cl"
+    assert trace_records(tmp_path)[-1]["decision_reason"] == "battery low: offload"
