@@ -52,13 +52,18 @@ def error(status: int, message: str, type_: str, headers: dict[str, str] | None 
 
 
 def plan(state: GatewayState, decision: Decision) -> list[Target]:
+    """The targets to try, in order: the decided place's first, then the other place's (unless a
+    local decision may not overflow); targets marked down go last, as a last resort."""
     d = state.device
     if decision.placement is Placement.DROP:
         return []
     if decision.placement is Placement.CLOUD:
-        return d.cloud_order() + d.local_order()
-    overflow = state.config.local_overflow and state.policy_name != "always_local"
-    return d.local_order() + (d.cloud_order() if overflow else [])
+        order = d.cloud_order() + d.local_order()
+    else:
+        overflow = state.config.local_overflow and state.policy_name != "always_local"
+        order = d.local_order() + (d.cloud_order() if overflow else [])
+    now = time.monotonic()
+    return [t for t in order if t.up(now)] + [t for t in order if not t.up(now)]
 
 
 async def handle_chat(state: GatewayState, request: web.Request) -> web.StreamResponse:
