@@ -129,6 +129,16 @@ def trace_records(tmp: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in lines if json.loads(x).get("type") == "request"]
 
 
+def wait_records(tmp: Path, n: int, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+    """The trace's request records once there are ``n`` (a streamed answer's record is written
+    just after its last byte, so the client can be there first)."""
+    deadline = time.monotonic() + timeout_s
+    while len(recs := trace_records(tmp)) < n:
+        assert time.monotonic() < deadline, f"{len(recs)} records, expected {n}"
+        time.sleep(0.02)
+    return recs
+
+
 @pytest.fixture
 def procs() -> Iterator[list[Proc]]:
     """Processes a test starts; all stopped at its end."""

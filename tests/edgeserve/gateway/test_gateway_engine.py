@@ -11,7 +11,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Proc, chat, chat_body, gateway, get_json, png_data_url, post, trace_records
+from conftest import (
+    Proc,
+    chat,
+    chat_body,
+    gateway,
+    get_json,
+    png_data_url,
+    post,
+    trace_records,
+    wait_records,
+)
 
 from tests.edgeserve.serve_process import ServerProcess
 
@@ -58,18 +68,18 @@ def test_gateway_in_front_of_two_edgeserve_servers(
     assert status == 200 and headers["X-Edgeserve-Placement"] == "cloud:c"
     assert raw.decode().rstrip().endswith("data: [DONE]")
     assert cloud.metric("edgeserve_requests_total", 'outcome="ok"') == 1
-    assert trace_records(tmp_path)[-1]["first_token_s"] is not None
+    assert wait_records(tmp_path, 2)[-1]["first_token_s"] is not None
 
     # an image the server cannot decode: edgeserve's own 400, relayed, and no fallback
     status, _, raw = chat(gw, chat_body(image="data:image/png;base64,bm90IGFuIGltYWdl"))
     assert status == 400, raw
-    rec = trace_records(tmp_path)[-1]
+    rec = wait_records(tmp_path, 3)[-1]
     assert rec["attempts"] == ["cloud:c"] and rec["outcome"] == "rejected"
 
     cloud.stop()  # the cloud goes away: the next request still gets an answer, locally
     status, headers, raw = chat(gw, chat_body(image=image))
     assert status == 200 and headers["X-Edgeserve-Placement"] == "local:dev"
-    rec = trace_records(tmp_path)[-1]
+    rec = wait_records(tmp_path, 4)[-1]
     # tried first unless the gateway's probe found it gone before the request came
     assert rec["attempts"] in (["cloud:c", "local:dev"], ["local:dev"])
     assert get_json(gw.url + "/health")["targets"][1]["up"] is False

@@ -17,6 +17,7 @@ from conftest import (
     post,
     trace_records,
     upstream,
+    wait_records,
 )
 
 
@@ -136,7 +137,7 @@ def test_streaming_and_the_servers_own_400s(tmp_path: Path, procs: list[Proc]) -
     assert events[-1] == "[DONE]"
     text = "".join(json.loads(e)["choices"][0]["delta"]["content"] for e in events[:-1])
     assert json.loads(text)["upstream"] == "loc"
-    rec = trace_records(tmp_path)[-1]
+    rec = wait_records(tmp_path, 1)[-1]
     assert rec["placement"] == "local:local0" and len(rec["token_times_s"]) == 2
 
     status, _, raw = chat(gw, {"messages": [{"role": "user", "content": "x"}], "max_tokens": "8"})
