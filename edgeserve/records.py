@@ -99,8 +99,18 @@ class RequestRecord(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False, 
     error: str | None = None  # reason for a non-OK outcome, for people
     # where it ran
     device: str | None = None  # simulator device, or the runtime host
-    placement: str | None = None  # "local", "cloud:<server>", … (simulator decisions)
+    placement: str | None = None  # "local", "cloud:<server>", … ; gateway: also "cache", "drop"
     decision_reason: str | None = None
+    # gateway (``edgeserve gateway``): the model asked of the target, the image scale a policy
+    # chose, the targets tried in order ("cloud:a", "cloud:b", "local:x"), and the device state the
+    # decision saw (temperature and where it came from: "host", "virtual" or "none")
+    model: str | None = None
+    resolution_scale: float = 1.0
+    attempts: list[str] = msgspec.field(default_factory=list)
+    decision_temp_c: float | None = None
+    sensor_source: str | None = None
+    predicted_local_s: float | None = None
+    predicted_cloud_s: float | None = None
     worker: int | None = None  # preprocessing worker (runtime) or CPU core (simulator)
     # sizes
     image_bytes: int = 0

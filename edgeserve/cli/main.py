@@ -24,6 +24,7 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("tui", "edgeserve.cli.tui", "terminal UI for a live server, a simulation or a recorded trace"),
     ("calibrate", "edgeserve.cli.calibrate", "fit simulator device profiles from recorded traces"),
     ("models", "edgeserve.cli.models", "build and inspect the offline models (tiny Qwen2-VL)"),
+    ("gateway", "edgeserve.cli.gateway", "run offload policies live in front of local and cloud servers"),
 ]
 _OWN_PACKAGES = {"edgeserve", "mm_preproc", "sim", "tui", "models"}
 

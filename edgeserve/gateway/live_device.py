@@ -1,0 +1,129 @@
+"""The live device: what the simulator's :class:`sim.device.Device` offers a policy, measured.
+
+A policy reads ``device.cloud`` (is there a cloud to offload to), ``queue_len`` and ``running``,
+``temp_c``, ``battery_fraction`` and ``battery_low_fraction``, ``loop.now`` (against a job's
+deadline), and the two predictions ``estimate_local_s(job)`` and ``estimate_cloud_s(job)``. Here:
+
+* queue and running: the least-loaded up local server's, from its ``/metrics`` and the gateway's
+  own in-flight requests (:class:`~edgeserve.gateway.targets.Target`);
+* local latency: one request's service time × ``(1 + queue)``. The service time is the moving
+  average of observed ones, or — with ``--profile`` — the simulator's own
+  :meth:`sim.device.Device.estimate_local_s` for the job's sizes on an idle simulated device of
+  that profile, scaled by the moving ratio of observed to predicted;
+* cloud latency: the first up cloud endpoint's measured RTT + upload at the measured throughput
+  + its observed service time;
+* temperature and battery: :class:`~edgeserve.gateway.sensors.Sensors`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from edgeserve.gateway.sensors import Sensors
+from edgeserve.gateway.targets import Target
+from sim.config import LinkConfig
+from sim.device import Device
+from sim.job import Job
+from sim.loop import EventLoop
+from sim.profiles import DeviceProfile
+
+
+class WallClock:
+    """``loop.now`` for policies: the monotonic clock the records use."""
+
+    @property
+    def now(self) -> float:
+        return time.monotonic()
+
+
+@dataclass(slots=True)
+class CloudRef:
+    target: Target
+
+
+class LiveDevice:
+    def __init__(self, locals_: list[Target], clouds: list[Target], sensors: Sensors,
+                 profile: DeviceProfile | None) -> None:
+        self.locals = locals_
+        self.clouds = clouds
+        self.sensors = sensors
+        self.loop = WallClock()
+        self._sim: Device | None = None
+        if profile is not None:
+            self._sim = Device(EventLoop(), "gateway", profile, LinkConfig(), None, "gateway",
+                               lambda job: None)
+        self.battery_low_fraction = (profile.battery.low_fraction
+                                     if profile is not None and profile.battery else 0.2)
+
+    # ---- where -------------------------------------------------------------------------
+    def local_order(self) -> list[Target]:
+        now = time.monotonic()
+        up = [t for t in self.locals if t.up(now)]
+        down = [t for t in self.locals if not t.up(now)]
+        return sorted(up, key=lambda t: (t.queue_len, t.inflight)) + down
+
+    def cloud_order(self) -> list[Target]:
+        now = time.monotonic()
+        return ([t for t in self.clouds if t.up(now)] + [t for t in self.clouds if not t.up(now)])
+
+    @property
+    def local(self) -> Target | None:
+        order = self.local_order()
+        return order[0] if order else None
+
+    @property
+    def cloud(self) -> CloudRef | None:
+        now = time.monotonic()
+        return next((CloudRef(t) for t in self.clouds if t.up(now)), None)
+
+    # ---- state -------------------------------------------------------------------------
+    @property
+    def queue_len(self) -> int:
+        t = self.local
+        return t.queue_len if t is not None else 0
+
+    @property
+    def running(self) -> int:
+        t = self.local
+        return t.running if t is not None else 0
+
+    @property
+    def temp_c(self) -> float:
+        return self.sensors.reading.temp_c
+
+    @property
+    def battery_fraction(self) -> float | None:
+        return self.sensors.reading.battery_fraction
+
+    # ---- predictions ---------------------------------------------------------------------
+    def profile_estimate_s(self, job: Job) -> float | None:
+        if self._sim is None:
+            return None
+        return self._sim.estimate_local_s(job)
+
+    def service_estimate_s(self, target: Target, job: Job) -> float:
+        prior = self.profile_estimate_s(job)
+        if prior is not None:
+            return prior * target.profile_ratio.value
+        return target.service_s.value
+
+    def estimate_local_s(self, job: Job) -> float:
+        t = self.local
+        if t is None:
+            return math.inf
+        return self.service_estimate_s(t, job) * (1 + t.queue_len)
+
+    def estimate_cloud_s(self, job: Job) -> float:
+        c = self.cloud
+        if c is None:
+            return math.inf
+        return c.target.link.predict_s(job.rec.image_bytes + 2000)
+
+    def observe_local(self, target: Target, job: Job, latency_s: float, queue_seen: int) -> None:
+        service = latency_s / (1 + queue_seen)
+        target.service_s.add(service)
+        prior = self.profile_estimate_s(job)
+        if prior is not None and prior > 0:
+            target.profile_ratio.add(service / prior)

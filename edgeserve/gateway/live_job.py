@@ -1,0 +1,95 @@
+"""A live request in the form a policy reads: a simulator :class:`~sim.job.Job`.
+
+Policies look at ``job.rec`` (the shared :class:`~edgeserve.records.RequestRecord`: image bytes,
+deadline) and the latency models at the job's sizes (source and target pixels, image and prompt
+tokens, output tokens). The gateway reads the image sizes from each image's header (Pillow opens
+lazily: no pixel is decoded), the target size by the model's ``smart_resize``, and estimates the
+prompt's text tokens as characters / 4.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+from dataclasses import dataclass
+
+from PIL import Image
+
+from edgeserve.records import RequestRecord
+from edgeserve.server.openai_protocol import ChatRequest, TextPart, image_urls
+from mm_preproc.smart_resize import smart_resize
+from sim.job import Job
+
+PATCH_PIXELS = 28 * 28  # one image token: a 2×2 merge of 14-px patches
+DEFAULT_OUTPUT_TOKENS = 64
+
+
+@dataclass(slots=True, frozen=True)
+class ImageSize:
+    width: int
+    height: int
+    bytes_: int
+
+
+def data_url_bytes(url: str) -> bytes | None:
+    """The decoded payload of a base64 ``data:`` URL (None for other URLs)."""
+    if not url.startswith("data:"):
+        return None
+    try:
+        return base64.b64decode(url.partition(",")[2], validate=False)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def image_size(url: str) -> ImageSize:
+    data = data_url_bytes(url)
+    if data is None:
+        return ImageSize(0, 0, 0)
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            return ImageSize(im.width, im.height, len(data))
+    except (OSError, Image.DecompressionBombError, ValueError):
+        return ImageSize(0, 0, len(data))
+
+
+def text_chars(req: ChatRequest) -> int:
+    n = 0
+    for m in req.messages:
+        if isinstance(m.content, str):
+            n += len(m.content)
+        elif m.content:
+            n += sum(len(p.text) for p in m.content if isinstance(p, TextPart))
+    return n
+
+
+def request_text(req: ChatRequest) -> str:
+    """The request's text, one line per message (``role: text``): what the cache embeds."""
+    lines = []
+    for m in req.messages:
+        if isinstance(m.content, str):
+            lines.append(f"{m.role}: {m.content}")
+        elif m.content:
+            lines.append(f"{m.role}: " + " ".join(p.text for p in m.content
+                                                   if isinstance(p, TextPart)))
+    return "\n".join(lines)
+
+
+def build_job(req: ChatRequest, rec: RequestRecord, device: object) -> Job:
+    sizes = [image_size(u) for u in image_urls(req)]
+    src = tgt = tokens = 0
+    for s in sizes:
+        src += s.width * s.height
+        if s.width and s.height:
+            h, w = smart_resize(s.height, s.width)
+            tgt += h * w
+            tokens += h * w // PATCH_PIXELS
+    rec.num_images = len(sizes)
+    rec.image_bytes = sum(s.bytes_ for s in sizes)
+    if sizes:
+        rec.source_width, rec.source_height = sizes[0].width, sizes[0].height
+    rec.image_tokens = tokens
+    out = req.output_limit or DEFAULT_OUTPUT_TOKENS
+    rec.max_tokens = out
+    prompt = tokens + text_chars(req) // 4 + 1
+    return Job(rec, device, src, tgt, tokens, prompt, out)

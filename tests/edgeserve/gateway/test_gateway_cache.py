@@ -1,0 +1,104 @@
+"""The semantic cache: an exact cosine index with TTL and LRU, and answers from it over HTTP."""
+
+from __future__ import annotations
+
+import importlib.util
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import Proc, answer, chat, chat_body, gateway, png_data_url, trace_records, upstream
+
+from edgeserve.gateway.semantic_cache import SemanticCache, context_key
+
+needs_wordllama = pytest.mark.skipif(importlib.util.find_spec("wordllama") is None,
+                                     reason="pip install 'edgeserve[cache]' (wordllama)")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def unit(v: np.ndarray) -> np.ndarray:
+    return (v / np.linalg.norm(v)).astype(np.float32)
+
+
+def test_lookup_is_the_exact_best_match() -> None:
+    rng = np.random.default_rng(7)
+    vecs = [unit(rng.normal(size=16)) for _ in range(50)]
+    cache = SemanticCache(64, 16, ttl_s=60, threshold=-1.0)
+    for i, v in enumerate(vecs):
+        cache.store("ctx", v, str(i).encode())
+    for _ in range(20):
+        q = unit(rng.normal(size=16))
+        best = int(np.argmax([float(v @ q) for v in vecs]))
+        hit = cache.lookup("ctx", q)
+        assert hit is not None and hit.body == str(best).encode()
+        assert hit.similarity == pytest.approx(float(vecs[best] @ q), abs=1e-6)
+    assert cache.lookup("other context", vecs[0]) is None
+
+
+def test_ttl_and_least_recently_used_eviction() -> None:
+    clock = Clock()
+    a, b, c = (unit(np.eye(4)[i]) for i in range(3))
+    cache = SemanticCache(2, 4, ttl_s=10, threshold=0.9, clock=clock)
+    cache.store("x", a, b"A")
+    clock.t = 1
+    cache.store("x", b, b"B")
+    clock.t = 2
+    assert cache.lookup("x", a) is not None  # A used after B: B is now the oldest use
+    cache.store("x", c, b"C")
+    assert cache.lookup("x", b) is None and len(cache) == 2
+    hit = cache.lookup("x", a)
+    assert hit is not None and hit.body == b"A"
+    clock.t = 11.5  # A stored at 0 and C at 2: A has expired, C has not
+    assert cache.lookup("x", a) is None
+    hit = cache.lookup("x", c)
+    assert hit is not None and hit.body == b"C" and len(cache) == 1
+
+
+@needs_wordllama
+def test_paraphrases_are_near_and_other_questions_far() -> None:
+    from edgeserve.gateway.embedder import Embedder
+
+    e = Embedder()
+    q = e.embed("user: What is in this picture?")
+    assert float(q @ e.embed("user: what is in this picture")) == pytest.approx(1.0)
+    assert float(q @ e.embed("user: What is in the picture?")) > 0.95
+    assert float(q @ e.embed("user: Translate the sign into German.")) < 0.5
+
+
+def served(up: Proc) -> int:
+    with urllib.request.urlopen(up.url + "/metrics", timeout=10) as r:
+        line = next(x for x in r.read().decode().splitlines() if x.startswith("fake_served_total"))
+    return int(line.split()[1])
+
+
+@needs_wordllama
+def test_a_question_asked_again_is_answered_from_the_cache(tmp_path: Path,
+                                                           procs: list[Proc]) -> None:
+    procs.append(loc := upstream(tmp_path, "loc"))
+    procs.append(gw := gateway(tmp_path, "--local", loc.url, "--cache-capacity", "8"))
+    img = png_data_url(64, 48)
+    first = chat(gw, chat_body("What is in this picture?", image=img))
+    assert first[0] == 200 and served(loc) == 1
+    again = chat(gw, chat_body("what is in the picture", image=img))
+    assert again[0] == 200 and again[1]["X-Edgeserve-Placement"] == "cache"
+    assert answer(again[2]) == answer(first[2]) and served(loc) == 1
+    rec = trace_records(tmp_path)[-1]
+    assert rec["placement"] == "cache"
+    similarity = float(rec["decision_reason"].split("similarity ")[1].rstrip(")"))
+    assert rec["decision_reason"].startswith("semantic cache hit") and 0.95 <= similarity < 1
+
+    other_image = chat(gw, chat_body("What is in this picture?", image=png_data_url(32, 32)))
+    assert other_image[1]["X-Edgeserve-Placement"] == "local:local0" and served(loc) == 2
+    for _ in range(2):  # personal data: neither answered from nor kept in the cache
+        status, headers, _ = chat(gw, chat_body("Mail the summary to jane.doe@example.org"))
+        assert status == 200 and headers["X-Edgeserve-Placement"] == "local:local0"
+    assert served(loc) == 4
+    assert context_key("a", "b") != context_key("ab", "")
