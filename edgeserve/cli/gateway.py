@@ -10,11 +10,11 @@ from typing import Any
 
 from edgeserve.gateway.config import CLOUD_KEY_ENV, Place, load_gateway_config, parse_target
 from edgeserve.gateway.embedder import EmbedderUnavailable
-from sim.schema import ConfigError
+from sim.scenario.schema import ConfigError
 
 
 def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
-    from sim.policies import POLICIES
+    from sim.core.policies import POLICIES
 
     p = subparsers.add_parser(
         "gateway", help=help_,

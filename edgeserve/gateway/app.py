@@ -24,9 +24,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from edgeserve.gateway.auth import bearer, retry_after_header
 from edgeserve.gateway.chat import error, handle_chat
 from edgeserve.gateway.state import GatewayState
-from sim.config import PolicyConfig
-from sim.policies import POLICIES
-from sim.schema import ConfigError
+from sim.core.policies import POLICIES
+from sim.scenario.config import PolicyConfig
+from sim.scenario.schema import ConfigError
 
 STATE = web.AppKey("state", GatewayState)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -3,7 +3,7 @@
 1. The body is parsed and validated by the server's own parser
    (:func:`edgeserve.server.openai_protocol.parse_chat_request`) and each ``data:`` image by its
    media rules, so a bad request gets the same 400 and message as from ``edgeserve serve``.
-2. The policy decides on a :class:`~sim.job.Job` built from the request and the live device —
+2. The policy decides on a :class:`~sim.core.job.Job` built from the request and the live device —
    the very ``Policy.decide`` the simulator calls.
 3. ``drop`` answers 503 with the reason. Otherwise the targets are tried in order: for ``cloud``
    the up cloud endpoints, then the local servers; for ``local`` the local servers by load, then
@@ -42,8 +42,8 @@ from edgeserve.server.openai_protocol import (
     image_urls,
     parse_chat_request,
 )
-from sim.job import Job
-from sim.policies import Decision, Placement
+from sim.core.job import Job
+from sim.core.policies import Decision, Placement
 
 
 def error(status: int, message: str, type_: str, headers: dict[str, str] | None = None

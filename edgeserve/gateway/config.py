@@ -13,8 +13,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.config import PolicyConfig
-from sim.schema import ConfigError, build, load_yaml
+from sim.scenario.config import PolicyConfig
+from sim.scenario.schema import ConfigError, build, load_yaml
 
 __all__ = ["ConfigError", "GatewayConfig", "Place", "TargetConfig", "load_gateway_config",
            "parse_target"]

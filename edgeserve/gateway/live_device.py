@@ -1,4 +1,4 @@
-"""The live device: what the simulator's :class:`sim.device.Device` offers a policy, measured.
+"""The live device: what the simulator's :class:`sim.core.device.Device` offers a policy, measured.
 
 A policy reads ``device.cloud`` (is there a cloud to offload to), ``queue_len`` and ``running``,
 ``temp_c``, ``battery_fraction`` and ``battery_low_fraction``, ``loop.now`` (against a job's
@@ -8,7 +8,7 @@ deadline), and the two predictions ``estimate_local_s(job)`` and ``estimate_clou
   own in-flight requests (:class:`~edgeserve.gateway.targets.Target`);
 * local latency: one request's service time × ``(1 + queue)``. The service time is the moving
   average of observed ones, or — with ``--profile`` — the simulator's own
-  :meth:`sim.device.Device.estimate_local_s` for the job's sizes on an idle simulated device of
+  :meth:`sim.core.device.Device.estimate_local_s` for the job's sizes on an idle simulated device of
   that profile, scaled by the moving ratio of observed to predicted;
 * cloud latency: the first up cloud endpoint's measured RTT + upload at the measured throughput
   + its observed service time;
@@ -23,11 +23,11 @@ from dataclasses import dataclass
 
 from edgeserve.gateway.sensors import Sensors
 from edgeserve.gateway.targets import Target
-from sim.config import LinkConfig
-from sim.device import Device
-from sim.job import Job
-from sim.loop import EventLoop
-from sim.profiles import DeviceProfile
+from sim.core.device import Device
+from sim.core.job import Job
+from sim.core.loop import EventLoop
+from sim.scenario.config import LinkConfig
+from sim.scenario.profiles import DeviceProfile
 
 
 class WallClock:

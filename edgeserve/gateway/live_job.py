@@ -1,4 +1,4 @@
-"""A live request in the form a policy reads: a simulator :class:`~sim.job.Job`.
+"""A live request in the form a policy reads: a simulator :class:`~sim.core.job.Job`.
 
 Policies look at ``job.rec`` (the shared :class:`~edgeserve.records.RequestRecord`: image bytes,
 deadline) and the latency models at the job's sizes (source and target pixels, image and prompt
@@ -19,7 +19,7 @@ from PIL import Image
 from edgeserve.records import RequestRecord
 from edgeserve.server.openai_protocol import ChatRequest, TextPart, image_urls
 from mm_preproc.smart_resize import smart_resize
-from sim.job import Job
+from sim.core.job import Job
 
 PATCH_PIXELS = 28 * 28  # one image token: a 2×2 merge of 14-px patches
 DEFAULT_OUTPUT_TOKENS = 64

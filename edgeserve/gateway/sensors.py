@@ -3,7 +3,7 @@
 Where the host exposes them (``psutil.sensors_temperatures`` / ``sensors_battery``) the gateway
 reads the hottest temperature and the battery charge. Where it does not (a container, a VM, a
 desktop without a battery), and a device profile was given, a *virtual sensor* stands in: the
-profile's lumped RC thermal node (:class:`sim.thermal.ThermalNode`, ``C·dT/dt = P − (T − T_amb)/R``)
+profile's lumped RC thermal node (:class:`sim.core.thermal.ThermalNode`, ``C·dT/dt = P − (T − T_amb)/R``)
 driven by a power figure computed from the measured CPU utilisation ``u`` of this host:
 
     P = base_w + Σ_units count · (idle_w + u · (active_w − idle_w))
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import psutil
 
-from sim.profiles import DeviceProfile
-from sim.thermal import ThermalNode
+from sim.core.thermal import ThermalNode
+from sim.scenario.profiles import DeviceProfile
 
 
 class SensorSource(enum.StrEnum):

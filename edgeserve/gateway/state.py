@@ -19,8 +19,8 @@ from edgeserve.gateway.pii import mask_record
 from edgeserve.gateway.semantic_cache import SemanticCache
 from edgeserve.gateway.sensors import Sensors
 from edgeserve.gateway.targets import Target
-from sim.config import PolicyConfig
-from sim.policies import Policy, make_policy
+from sim.core.policies import Policy, make_policy
+from sim.scenario.config import PolicyConfig
 
 
 @dataclass
@@ -63,7 +63,7 @@ class GatewayState:
 
 
 def build_state(cfg: GatewayConfig) -> GatewayState:
-    from sim.config import load_device_profile
+    from sim.scenario.config import load_device_profile
 
     profile = load_device_profile(cfg.profile) if cfg.profile else None
     targets = [Target(t, uplink_bps=cfg.cloud_uplink_mbps * 1e6) for t in cfg.targets]

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 import edgeserve.gateway.state as gateway_state
-import sim.policies as sim_policies
+import sim.core.policies as sim_policies
 from edgeserve.gateway.config import GatewayConfig, load_gateway_config
-from sim.schema import ConfigError
+from sim.scenario.schema import ConfigError
 
 
 def code(fn: object) -> object:

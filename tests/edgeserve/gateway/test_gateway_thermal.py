@@ -22,7 +22,7 @@ from conftest import (
     upstream,
 )
 
-from sim.config import resolve_profile_path
+from sim.scenario.config import resolve_profile_path
 
 ABOVE_C = 50.0
 
