@@ -7,7 +7,6 @@ import io
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,14 +19,10 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from edgeserve.net import free_port
+
 HERE = Path(__file__).parent
 STARTUP_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Proc:

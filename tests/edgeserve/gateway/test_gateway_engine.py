@@ -23,7 +23,7 @@ from conftest import (
     wait_records,
 )
 
-from tests.edgeserve.serve_process import ServerProcess
+from edgeserve.bench.server_process import ServerProcess
 
 pytestmark = pytest.mark.engine
 
@@ -34,9 +34,9 @@ def servers(tmp_path_factory: pytest.TempPathFactory,
     d = tmp_path_factory.mktemp("servers")
     args = ["--model", str(tiny_model_dir), "--workers", "1", "--max-model-len", "4096",
             "--max-num-seqs", "4", "--sample-interval", "0.5"]
-    dev = ServerProcess(args, d / "dev.log").start()  # one at a time: they share 2 cores
+    dev = ServerProcess.edgeserve(args, d / "dev.log").start().ready()  # one at a time: they share 2 cores
     try:
-        cloud = ServerProcess(args, d / "cloud.log").start()
+        cloud = ServerProcess.edgeserve(args, d / "cloud.log").start().ready()
     except BaseException:
         dev.stop()
         raise
