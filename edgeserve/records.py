@@ -12,8 +12,9 @@ Linux host; the simulator uses simulated seconds from 0). The trace header carri
 wall-clock time so that traces can be aligned with other logs.
 
 A trace file is JSON Lines: a :class:`TraceHeader` first, then any mix of :class:`RequestRecord`,
-:class:`ResourceSample`, :class:`DeviceSample` and :class:`EngineStep`, each tagged by its
-``type`` field (``step`` records were added within schema 1: older traces simply have none). The runtime
+:class:`ResourceSample`, :class:`DeviceSample`, :class:`EngineStep` and :class:`MigrationDecision`,
+each tagged by its ``type`` field (``step`` and ``migration`` records, and the optional thermal
+network fields of a device sample, were added within schema 1: older traces simply have none). The runtime
 writes it (``--trace``), the simulator writes the same schema, the UI and the calibrator read only
 these records. A *stall* is measurable from them: engine idle time while an admitted request sat in
 a CPU stage (see :func:`edgeserve.records.stage_spans`).
@@ -223,9 +224,22 @@ class ResourceSample(msgspec.Struct, kw_only=True, omit_defaults=True, tag="samp
     stall_spans: list[tuple[float, float]] = msgspec.field(default_factory=list)
 
 
+class UnitClockSample(msgspec.Struct, kw_only=True, gc=False):
+    """One compute unit's (a CPU cluster, the GPU, the NPU) DVFS clock at a device sample."""
+
+    unit: str
+    level: int  # 0 = fastest
+    scale: float  # service-time stretch of that level, 1.0 = nominal
+
+
 class DeviceSample(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False, tag="device",
                    tag_field="type"):
-    """A periodic snapshot of one simulated edge device."""
+    """A periodic snapshot of one simulated edge device.
+
+    A device whose profile has a thermal network (junction and skin nodes, a clock per unit) also
+    carries ``skin_temp_c`` and ``units``; ``temp_c`` is then the junction (die) temperature and
+    ``clock_level``/``clock_scale`` those of the unit that runs the language model.
+    """
 
     t_s: float
     device: str
@@ -238,6 +252,30 @@ class DeviceSample(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False, t
     running: int = 0
     offload_share: float = 0.0  # fraction of decisions so far sent to the cloud
     throttled: bool = False
+    skin_temp_c: float | None = None
+    units: list[UnitClockSample] = msgspec.field(default_factory=list)
+
+
+class MigrationDecision(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False,
+                        tag="migration", tag_field="type"):
+    """A stage (``image`` preprocessing or ``encode``) moved between two units of a device.
+
+    A simulated device moves its vision encoder off a hot NPU (or image preprocessing off a hot
+    big CPU cluster) and back once it cools; like an offload decision on a request's record, each
+    move says why. Levels are the units' clock levels when it was decided; efficiencies the units'
+    work per joule at them (``None`` where the profile gives none).
+    """
+
+    t_s: float
+    device: str
+    stage: str
+    from_unit: str
+    to_unit: str
+    reason: str
+    from_level: int = 0
+    to_level: int = 0
+    from_efficiency: float | None = None
+    to_efficiency: float | None = None
 
 
 class EngineStep(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False, tag="step",
@@ -265,7 +303,8 @@ class EngineStep(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False, tag
     kv_cache_usage: float = 0.0  # fraction of KV blocks in use
 
 
-TraceItem = TraceHeader | RequestRecord | ResourceSample | DeviceSample | EngineStep
+TraceItem = (TraceHeader | RequestRecord | ResourceSample | DeviceSample | EngineStep
+             | MigrationDecision)
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(TraceItem)

@@ -285,12 +285,15 @@ class Device:
         if self.battery_capacity_wh is not None:
             battery_wh = max(0.0, self._battery_start_wh - (self.energy_j + self.radio_j) / 3600.0)
         level = self.level
-        return DeviceSample(
+        s = DeviceSample(
             t_s=now, device=self.name, temp_c=self.thermal.temp_c, clock_level=level,
             clock_scale=self.llm_scale, power_w=self.power_w, battery_wh=battery_wh,
             queue=self.queue_len, running=self.running,
             offload_share=self.offloaded / self.decisions if self.decisions else 0.0,
             throttled=level > 0)
+        if self.net is not None:
+            self.net.fill_sample(s)
+        return s
 
     def estimate_local_s(self, job: Job) -> float:
         """Predicted latency if ``job`` ran here now (queues, clock and batch included)."""

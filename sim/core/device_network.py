@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from edgeserve.records import DeviceSample, MigrationDecision, UnitClockSample
 from sim.core.governors import Governor, make_governor
 from sim.core.migration import MigrationRecord, Migrator
 from sim.core.thermal_network import TwoNodeNetwork
@@ -59,6 +60,7 @@ class DeviceNetwork:
             self.govs.append((make_governor(g, top), g.node.value, units))
         self.migrators = [Migrator(m) for m in cfg.migrations]
         self.migrations: list[MigrationRecord] = []
+        self._migrations_taken = 0  # how many of them went into the trace so far
         self._t_last = dev.loop.now
         self._nominal_j = [0.0] * len(names)  # each unit's dynamic energy at full clock
         self._poll_last_t = dev.loop.now
@@ -195,6 +197,21 @@ class DeviceNetwork:
         for c in self.clocks:
             c.level = max(0, min(level, c.max_level))
         self._apply()
+
+    def fill_sample(self, s: DeviceSample) -> None:
+        """Add the skin temperature and every unit's clock to the device's sample."""
+        s.skin_temp_c = self.net.skin_c
+        s.units = [UnitClockSample(unit=n, level=c.level, scale=c.scales[c.level])
+                   for n, c in zip(self.dev.unit_names, self.clocks, strict=True)]
+
+    def take_migrations(self) -> list[MigrationDecision]:
+        """The moves decided since the previous call, as trace records."""
+        new = self.migrations[self._migrations_taken:]
+        self._migrations_taken = len(self.migrations)
+        return [MigrationDecision(
+            t_s=m.t_s, device=m.device, stage=m.stage, from_unit=m.from_unit, to_unit=m.to_unit,
+            reason=m.reason, from_level=m.from_level, to_level=m.to_level,
+            from_efficiency=m.from_efficiency, to_efficiency=m.to_efficiency) for m in new]
 
     def unit_levels(self) -> dict[str, int]:
         return {n: c.level for n, c in zip(self.dev.unit_names, self.clocks, strict=True)}

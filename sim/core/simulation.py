@@ -6,6 +6,7 @@ way the terminal UI does::
     sim = Simulation(load_scenario(), trace_path="out/sim.jsonl")
     sim.add_record_sink(on_record)          # every finished RequestRecord
     sim.add_sample_sink(on_sample)          # every DeviceSample (each sample_interval_s)
+    sim.add_migration_sink(on_migration)    # every MigrationDecision (handed over with the samples)
     while not sim.finished:
         sim.run_until(sim.now_s + 1.0)      # advance one simulated second
         states = sim.device_states()        # temperature, clock, battery, queue, offload share
@@ -29,6 +30,7 @@ import simpy
 
 from edgeserve.records import (
     DeviceSample,
+    MigrationDecision,
     Outcome,
     RequestRecord,
     TraceHeader,
@@ -49,6 +51,7 @@ from sim.scenario.schema import ConfigError
 
 RecordSink = Callable[[RequestRecord], Any]
 SampleSink = Callable[[DeviceSample], Any]
+MigrationSink = Callable[[MigrationDecision], Any]
 #: a SimPy process function: called as ``fn(env, *args)``, it returns the process's generator
 ProcessFunction = Callable[..., Generator[simpy.Event, Any, Any]]
 
@@ -85,6 +88,7 @@ class Simulation:
         self._pending: list[RequestRecord] = []  # finished, not yet folded into stats and recent
         self._record_sinks: list[RecordSink] = []
         self._sample_sinks: list[SampleSink] = []
+        self._migration_sinks: list[MigrationSink] = []
         self._buf: list[TraceItem] = []
         self.writer: TraceWriter | None = None
         seed_s = str(self.seed)
@@ -217,6 +221,23 @@ class Simulation:
         """Call ``fn(sample)`` for every periodic :class:`~edgeserve.records.DeviceSample`."""
         self._sample_sinks.append(fn)
 
+    def add_migration_sink(self, fn: MigrationSink) -> None:
+        """Call ``fn(decision)`` for every stage migration of a device with a thermal network.
+
+        Moves are decided at the network's polls and handed over at the next device sample (and
+        at :meth:`close`), before that sample; the trace gets them in the same order.
+        """
+        self._migration_sinks.append(fn)
+
+    def _take_migrations(self, d: Device) -> None:
+        if d.net is None:
+            return
+        for m in d.net.take_migrations():
+            for sink in self._migration_sinks:
+                sink(m)
+            if self.writer is not None:
+                self._buf.append(m)
+
     def device_facts(self) -> dict[str, dict[str, object]]:
         """Static device facts for the trace header (what a replay needs for trip lines)."""
         return {
@@ -255,6 +276,8 @@ class Simulation:
             self._closed = True
             for d in self.devices:
                 d.active = False
+            for d in self.devices:
+                self._take_migrations(d)
             if self.writer is not None:
                 self._buf.extend(self.device_states())
                 self.writer.write_many(self._buf)
@@ -395,6 +418,7 @@ class Simulation:
 
     def _on_sample(self, arg: Any) -> None:
         for d in self.devices:
+            self._take_migrations(d)
             s = d.sample()
             self._stats.on_sample(s, d.decisions, d.offloaded)
             for sink in self._sample_sinks:
