@@ -25,7 +25,13 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from edgeserve.records import DeviceSample, Outcome, RequestRecord, ResourceSample
+from edgeserve.records import (
+    DeviceSample,
+    MigrationDecision,
+    Outcome,
+    RequestRecord,
+    ResourceSample,
+)
 from tui.histogram import WindowedHistogram
 from tui.sources.base import Item
 from tui.sources.devices import DeviceInfo
@@ -124,6 +130,7 @@ class Snapshot:
     pipeline_device: str | None
     recent: tuple[RequestRecord, ...]  # newest last
     devices: tuple[DeviceView, ...]
+    migrations: tuple[MigrationDecision, ...]  # simulated stage moves, newest last
     resources: ResourceSample | None  # the newest, for the system panel
     items_total: int
 
@@ -211,6 +218,7 @@ class PipelineState:
         self._metrics: deque[EngineMetrics] = deque()
         self._devices: dict[str, DeviceSample] = {}
         self._device_info: dict[str, DeviceInfo] = {}
+        self._migrations: deque[MigrationDecision] = deque(maxlen=c.recent_requests)
         self._temp_hist: dict[str, deque[float]] = {}
         self._hist: dict[str, deque[float]] = {}
         self._hist_step: int | None = None
@@ -246,6 +254,8 @@ class PipelineState:
                 self._devices[item.device] = item
                 h = self._temp_hist.setdefault(item.device, deque(maxlen=self.config.history_len))
                 h.append(item.temp_c)
+            elif isinstance(item, MigrationDecision):
+                self._migrations.append(item)
             elif isinstance(item, DeviceInfo):
                 self._device_info[item.device] = item
             elif isinstance(item, EngineMetrics):
@@ -471,6 +481,7 @@ class PipelineState:
             pipeline_device=self.pipeline_device if len(self.devices_seen) > 1 else None,
             recent=tuple(self._recent),
             devices=devices,
+            migrations=tuple(self._migrations),
             resources=s,
             items_total=self.items_total,
         )

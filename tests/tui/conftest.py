@@ -6,9 +6,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import yaml
 from aiohttp import web
 
 from edgeserve.records import RequestRecord, ResourceSample
+from tests.sim.test_thermal_trace import phone
 from tests.tui.servers import event_stream, serve, vllm_metrics
 from tui.host import FixedProbe, HostStats
 from tui.synthetic import SyntheticConfig, write_trace
@@ -75,3 +77,16 @@ async def vllm_like() -> AsyncIterator[str]:
     app.router.add_get("/metrics", vllm_metrics)
     async for url in serve(app):
         yield url
+
+
+@pytest.fixture
+def phone_scenario(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A phone (NPU, CPU and a GPU its encoder may move to) under a 4 fps camera stream, as
+    ``phone.yaml`` in the working directory (so that the status line names it the same always)."""
+    monkeypatch.chdir(tmp_path)
+    path = Path("phone.yaml")
+    path.write_text(yaml.safe_dump({
+        "name": "phone-migrate", "duration_s": 300, "sample_interval_s": 1.0,
+        "devices": [{"name": "phone", "profile": phone(migrate=True),
+                     "workload": {"kind": "periodic", "fps": 4, "output_tokens": [16, 16]}}]}))
+    return path

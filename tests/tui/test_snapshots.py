@@ -83,3 +83,21 @@ def test_full_simulation(snap_compare, host):
     assert snap_compare(
         TuiApp(src, host_probe=host), terminal_size=FULL, run_before=run_for_a_minute
     )
+
+
+def test_compact_simulation_devices_with_a_thermal_network(snap_compare, host, phone_scenario):
+    """A phone's junction and skin, its units' clocks and the encoder's first migrations."""
+    wall = FakeWall()
+    src = SimulationSource(str(phone_scenario), wall=wall, speed=10.0, policy="always_local")
+
+    async def run_for_a_minute(pilot: Pilot) -> None:
+        await settle(pilot)
+        wall.advance(9.0)
+        await settle(pilot)
+        await pilot.press("p")
+        await settle(pilot)
+
+    assert snap_compare(
+        TuiApp(src, host_probe=host), terminal_size=COMPACT, run_before=run_for_a_minute,
+        press=["6"],
+    )

@@ -20,15 +20,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from edgeserve.records import DeviceSample, RequestRecord, ResourceSample
+from edgeserve.records import DeviceSample, MigrationDecision, RequestRecord, ResourceSample
 from tui.sources.devices import DeviceInfo
 from tui.sources.vllm_metrics import EngineMetrics
 
 Clock = Callable[[], float]
 """A monotonic clock in seconds (``time.monotonic`` unless a test freezes it)."""
 
-Item = RequestRecord | ResourceSample | DeviceSample | EngineMetrics | DeviceInfo
-"""What a source delivers: the shared trace records, a stock vLLM server's metrics, device facts."""
+Item = (RequestRecord | ResourceSample | DeviceSample | MigrationDecision | EngineMetrics
+        | DeviceInfo)
+"""What a source delivers: the shared trace records (a simulated device's stage migrations
+included), a stock vLLM server's metrics, device facts."""
 
 
 class Panel(enum.IntEnum):

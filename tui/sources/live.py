@@ -26,7 +26,13 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from edgeserve.records import DeviceSample, RequestRecord, ResourceSample, decode
+from edgeserve.records import (
+    DeviceSample,
+    MigrationDecision,
+    RequestRecord,
+    ResourceSample,
+    decode,
+)
 from tui.sources.base import Batch, Capabilities, Clock, Item, Panel, SourceError
 from tui.sources.vllm_metrics import parse_metrics
 
@@ -156,7 +162,7 @@ class LiveSource:
                 item = decode(line)
             except msgspec.DecodeError:
                 continue  # a line we cannot read is skipped, not fatal
-            if isinstance(item, RequestRecord | ResourceSample | DeviceSample):
+            if isinstance(item, RequestRecord | ResourceSample | DeviceSample | MigrationDecision):
                 items.append(item)
         self._taken += n
         self.events_received += n

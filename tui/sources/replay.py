@@ -26,6 +26,7 @@ import msgspec
 from edgeserve.records import (
     SCHEMA_VERSION,
     DeviceSample,
+    MigrationDecision,
     RequestRecord,
     ResourceSample,
     TraceError,
@@ -296,7 +297,8 @@ class ReplaySource:
                 if not line.strip():
                     continue
                 decoded = decode(line)
-                if not isinstance(decoded, RequestRecord | ResourceSample | DeviceSample):
+                if not isinstance(decoded, RequestRecord | ResourceSample | DeviceSample
+                                  | MigrationDecision):
                     continue
                 item = decoded
             t = event_time(item)

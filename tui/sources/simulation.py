@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from edgeserve.records import DeviceSample, RequestRecord
+from edgeserve.records import DeviceSample, MigrationDecision, RequestRecord
 from tui.sources.base import Batch, Capabilities, Clock, Item, PacedClock, Panel, SourceError
 from tui.sources.devices import infos_from_meta
 
@@ -109,6 +109,7 @@ class SimulationSource:
             raise SourceError(f"cannot start the simulation: {e}") from None
         self.sim.add_record_sink(self._collect)
         self.sim.add_sample_sink(self._collect)
+        self.sim.add_migration_sink(self._collect)
         self._policies = tuple(POLICIES)
         self.policy = self.sim.policy.name
         self._clock = PacedClock(self.sim.now_s, self._speed0, self._wall)
@@ -146,7 +147,7 @@ class SimulationSource:
         status = f"t={now:8.1f} s  ×{self.speed:g}  {state}  policy {self.policy}"
         return Batch(items, now, status, ended=ended)
 
-    def _collect(self, item: RequestRecord | DeviceSample) -> None:
+    def _collect(self, item: RequestRecord | DeviceSample | MigrationDecision) -> None:
         """The simulation's sink (called in the stepping thread; drained by ``poll``)."""
         self._out.append(item)
 

@@ -1,4 +1,9 @@
-"""Devices panel (simulations): temperature against trip points, clock level, battery, offload."""
+"""Devices panel (simulations): temperature against trip points, clock level, battery, offload.
+
+A device with a thermal network (junction and skin nodes, a clock per unit) adds a line with its
+skin temperature and every unit's clock level; below the devices, the latest stage migrations
+(the encoder leaving a hot NPU, image work leaving a hot big cluster) with their reasons.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ from typing import ClassVar
 
 from rich.text import Text
 
+from edgeserve.records import DeviceSample
 from tui.sources.base import Panel
 from tui.state import DeviceView
 from tui.widgets.base import PanelWidget, View, sparkline
@@ -17,8 +23,12 @@ class DevicesPanel(PanelWidget):
     The temperature bar runs from ambient to a little above the highest trip point; ``|`` marks
     each trip point where the device steps its clock down. Then the DVFS level (0 = fastest) with
     its service-time stretch, power, battery, the share of requests offloaded so far, and the
-    device's queue.
+    device's queue. For a device with a thermal network the bar is the junction (die) and a
+    second line gives the skin and each unit's level and stretch (a throttled unit highlighted).
+    The newest ``MIGRATIONS_SHOWN`` stage migrations of all devices close the panel.
     """
+
+    MIGRATIONS_SHOWN = 5
 
     PANEL = Panel.DEVICES
     TITLE = "devices"
@@ -28,6 +38,7 @@ class DevicesPanel(PanelWidget):
         "devices--hot",
         "devices--trip",
         "devices--spark",
+        "devices--migration",
     }
 
     def draw(self, view: View, width: int) -> Text:
@@ -37,6 +48,13 @@ class DevicesPanel(PanelWidget):
         t = Text(no_wrap=True, overflow="ellipsis")
         for d in devs:
             self._device(t, d, width)
+        moves = view.snapshot.migrations[-self.MIGRATIONS_SHOWN:]
+        if moves:
+            t.append("migrations\n", self.style_of("devices--label"))
+            for m in moves:
+                t.append(f"  {m.t_s:7.1f} s {m.device} {m.stage} {m.from_unit}→{m.to_unit}  ",
+                         self.style_of("devices--migration"))
+                t.append(f"{m.reason}\n")
         return t
 
     def _device(self, t: Text, d: DeviceView, width: int) -> None:
@@ -58,6 +76,8 @@ class DevicesPanel(PanelWidget):
             else:
                 t.append(ch, temp_style)
         t.append("\n")
+        if s.skin_temp_c is not None or s.units:
+            self._network(t, s)
         levels = f"/{info.clock_levels - 1}" if info and info.clock_levels > 1 else ""
         t.append(f"  clock L{s.clock_level}{levels} ×{s.clock_scale:.2f}  {s.power_w:.1f} W")
         if s.battery_wh is not None:
@@ -70,4 +90,14 @@ class DevicesPanel(PanelWidget):
         t.append(
             sparkline(d.temp_history, max(0, width - len(line))), self.style_of("devices--spark")
         )
+        t.append("\n")
+
+    def _network(self, t: Text, s: DeviceSample) -> None:
+        """Skin temperature and each unit's clock, for a device with a thermal network."""
+        t.append("  ")
+        if s.skin_temp_c is not None:
+            t.append(f"skin {s.skin_temp_c:5.1f}°C ")
+        for u in s.units:
+            style = self.style_of("devices--hot") if u.level else None
+            t.append(f" {u.unit} L{u.level} ×{u.scale:.2f}", style or "")
         t.append("\n")
