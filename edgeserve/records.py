@@ -104,7 +104,8 @@ class RequestRecord(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False, 
     decision_reason: str | None = None
     # gateway (``edgeserve gateway``): the model asked of the target, the image scale a policy
     # chose, the targets tried in order ("cloud:a", "cloud:b", "local:x"), and the device state the
-    # decision saw (temperature and where it came from: "host", "virtual" or "none")
+    # decision saw (temperature and where it came from: "host", "virtual" or "none"; the local
+    # queue, the battery's charge as a fraction where there is one)
     model: str | None = None
     resolution_scale: float = 1.0
     attempts: list[str] = msgspec.field(default_factory=list)
@@ -112,6 +113,8 @@ class RequestRecord(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False, 
     sensor_source: str | None = None
     predicted_local_s: float | None = None
     predicted_cloud_s: float | None = None
+    decision_queue: int | None = None
+    decision_battery: float | None = None
     worker: int | None = None  # preprocessing worker (runtime) or CPU core (simulator)
     # sizes
     image_bytes: int = 0

@@ -1,7 +1,9 @@
 """The gateway's HTTP side (aiohttp, as ``edgeserve serve``) and its background loops.
 
 Routes: ``POST /v1/chat/completions`` (:mod:`.chat`), ``GET /v1/models``, ``GET /health`` (the
-device state the policy sees), ``GET /metrics`` (Prometheus text) and ``POST /admin/policy``
+device state the policy sees, the policy and the policies it can switch to), ``GET /metrics``
+(Prometheus text), ``GET /v1/events`` (server-sent events, as ``edgeserve serve``'s: the trace
+header, then each request's record, masked as in the trace) and ``POST /admin/policy``
 (``{"policy": NAME, "params": {...}}``: the next request is decided by the new policy). Behind
 ``--api-key`` every route but ``/health`` needs the key; the rate limit applies to all of them.
 Background loops read the local servers' ``/metrics``, probe each cloud endpoint's round trip and
@@ -21,6 +23,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from edgeserve import records
 from edgeserve.gateway.auth import bearer, retry_after_header
 from edgeserve.gateway.chat import error, handle_chat
 from edgeserve.gateway.state import GatewayState
@@ -61,6 +64,7 @@ def build_app(state: GatewayState) -> web.Application:
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/v1/events", events)
     app.router.add_post("/admin/policy", set_policy)
     return app
 
@@ -81,7 +85,7 @@ async def health(request: web.Request) -> web.Response:
     r = d.sensors.reading
     now = time.monotonic()
     return web.json_response({
-        "status": "ok", "policy": state.policy_name,
+        "status": "ok", "policy": state.policy_name, "policies": list(POLICIES),
         "device": {"queue_len": d.queue_len, "running": d.running, "temp_c": r.temp_c,
                    "temp_source": r.temp_source.value, "battery_fraction": r.battery_fraction,
                    "battery_source": r.battery_source.value, "cpu_util": r.cpu_util},
@@ -90,6 +94,26 @@ async def health(request: web.Request) -> web.Response:
                      "failures": t.failures, "service_s": t.service_s.value,
                      "rtt_s": t.link.rtt_s.value} for t in state.targets],
     })
+
+
+async def events(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE]
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                       "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    q = state.hub.subscribe()
+    try:
+        await resp.write(b"data: " + records.encode(state.header).rstrip(b"\n") + b"\n\n")
+        while True:
+            line = await q.get()
+            if line is None:
+                break
+            await resp.write(b"data: " + line.rstrip(b"\n") + b"\n\n")
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass
+    finally:
+        state.hub.unsubscribe(q)
+    return resp
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -180,6 +204,7 @@ async def run(state: GatewayState, on_ready: Callable[[str], None]) -> int:
                  f"{state.device.sensors.describe()})")
         await state.stop.wait()
     finally:
+        state.hub.close()  # ends /v1/events streams so the listener can close
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

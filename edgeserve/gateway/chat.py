@@ -127,6 +127,9 @@ def decide(state: GatewayState, job: Job) -> Decision:
     rec.resolution_scale = decision.resolution_scale
     rec.predicted_local_s = _finite(device.estimate_local_s(job))
     rec.predicted_cloud_s = _finite(device.estimate_cloud_s(job))
+    rec.decision_queue = device.queue_len
+    battery = device.battery_fraction
+    rec.decision_battery = None if battery is None else round(battery, 4)
     m = state.metrics
     m.temp_c.set(reading.temp_c)
     if rec.predicted_local_s is not None:

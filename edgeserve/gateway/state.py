@@ -19,8 +19,11 @@ from edgeserve.gateway.pii import mask_record
 from edgeserve.gateway.semantic_cache import SemanticCache
 from edgeserve.gateway.sensors import Sensors
 from edgeserve.gateway.targets import Target
+from edgeserve.tracing import EventHub
 from sim.core.policies import Policy, make_policy
 from sim.scenario.config import PolicyConfig
+
+PRODUCER = "edgeserve gateway"  # the trace header's producer
 
 
 @dataclass
@@ -33,11 +36,13 @@ class GatewayState:
     limiter: RateLimiter
     metrics: GatewayMetrics
     trace: records.TraceWriter | None
+    header: records.TraceHeader
     cache: SemanticCache | None = None
     embedder: Embedder | None = None
     session: aiohttp.ClientSession | None = None
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     seq: int = 0
+    hub: EventHub = field(default_factory=EventHub)  # ``GET /v1/events`` subscribers
 
     @property
     def locals(self) -> list[Target]:
@@ -57,9 +62,12 @@ class GatewayState:
         return f"gw-{os.getpid()}-{self.seq}"
 
     def write(self, rec: records.RequestRecord) -> None:
+        masked = mask_record(rec)
         if self.trace is not None:
-            self.trace.write(mask_record(rec))
+            self.trace.write(masked)
             self.trace.flush()
+        if self.hub.subscribers:
+            self.hub.publish(records.encode(masked))
 
 
 def build_state(cfg: GatewayConfig) -> GatewayState:
@@ -70,15 +78,13 @@ def build_state(cfg: GatewayConfig) -> GatewayState:
     sensors = Sensors(profile, cfg.sensor_interval_s, host=cfg.sensors is SensorMode.AUTO)
     device = LiveDevice([t for t in targets if t.place is Place.LOCAL],
                         [t for t in targets if t.place is Place.CLOUD], sensors, profile)
-    trace = None
-    if cfg.trace:
-        header = records.TraceHeader(
-            producer="edgeserve gateway", wall_offset_s=time.time() - time.monotonic(),
-            meta={"policy": cfg.policy.kind, "policy_params": cfg.policy.params,
-                  "targets": [{"name": t.name, "place": t.place.value, "url": t.url,
-                               "models": t.models} for t in cfg.targets],
-                  "profile": cfg.profile, "sensors": sensors.describe()})
-        trace = records.TraceWriter(cfg.trace, header)
+    header = records.TraceHeader(
+        producer=PRODUCER, wall_offset_s=time.time() - time.monotonic(),
+        meta={"policy": cfg.policy.kind, "policy_params": cfg.policy.params,
+              "targets": [{"name": t.name, "place": t.place.value, "url": t.url,
+                           "models": t.models} for t in cfg.targets],
+              "profile": cfg.profile, "sensors": sensors.describe()})
+    trace = records.TraceWriter(cfg.trace, header) if cfg.trace else None
     cache = embedder = None
     if cfg.cache_capacity:
         embedder = Embedder()
@@ -86,4 +92,4 @@ def build_state(cfg: GatewayConfig) -> GatewayState:
                               cfg.cache_threshold)
     return GatewayState(cfg, targets, device, make_policy(cfg.policy), cfg.policy.kind,
                         RateLimiter(cfg.rate_limit_per_s, cfg.rate_burst), GatewayMetrics(), trace,
-                        cache, embedder)
+                        header, cache, embedder)
