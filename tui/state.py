@@ -32,6 +32,7 @@ from edgeserve.records import (
     RequestRecord,
     ResourceSample,
 )
+from tui.gateway import GatewayHistory, GatewayView, is_gateway
 from tui.histogram import WindowedHistogram
 from tui.sources.base import Item
 from tui.sources.devices import DeviceInfo
@@ -39,6 +40,7 @@ from tui.sources.vllm_metrics import EngineMetrics, bucket_delta, histogram_quan
 from tui.timeline import Timeline, TimelineRow
 
 RECORD_WORKERS_S = 10.0
+GATEWAY_SECONDS = 60  # seconds of gateway decisions the devices panel can draw
 """Without resource samples, the workers panel shows busy shares over this much source time."""
 
 _QUEUE_KEYS = ("preproc_queue", "preproc_running", "engine_waiting", "engine_running")
@@ -131,6 +133,7 @@ class Snapshot:
     recent: tuple[RequestRecord, ...]  # newest last
     devices: tuple[DeviceView, ...]
     migrations: tuple[MigrationDecision, ...]  # simulated stage moves, newest last
+    gateway: GatewayView | None  # a gateway's decisions per second, when its records come
     resources: ResourceSample | None  # the newest, for the system panel
     items_total: int
 
@@ -219,6 +222,7 @@ class PipelineState:
         self._devices: dict[str, DeviceSample] = {}
         self._device_info: dict[str, DeviceInfo] = {}
         self._migrations: deque[MigrationDecision] = deque(maxlen=c.recent_requests)
+        self._gateway = GatewayHistory()
         self._temp_hist: dict[str, deque[float]] = {}
         self._hist: dict[str, deque[float]] = {}
         self._hist_step: int | None = None
@@ -273,6 +277,8 @@ class PipelineState:
         t = event_time(r)
         self.finished_total += 1
         self._recent.append(r)
+        if is_gateway(r):
+            self._gateway.add(r)
         k = math.floor(t / self.config.history_step_s)
         step = self._steps.get(k)
         if step is None:
@@ -482,6 +488,7 @@ class PipelineState:
             recent=tuple(self._recent),
             devices=devices,
             migrations=tuple(self._migrations),
+            gateway=self._gateway.view(now, GATEWAY_SECONDS) if now is not None else None,
             resources=s,
             items_total=self.items_total,
         )

@@ -13,14 +13,15 @@ DESCRIPTION = """\
 Watch CPU/GPU pipeline stalls, queues and device heat in the terminal.
 
 Exactly one source:
-  --connect URL      an edgeserve server (its /v1/events stream and /metrics), or a stock vLLM
-                     server (its /metrics alone; panels it cannot fill say why)
+  --connect URL      an edgeserve server (its /v1/events stream and /metrics), a stock vLLM
+                     server (its /metrics alone; panels it cannot fill say why), or an
+                     edgeserve gateway (its decisions in panel 6; o switches its policy live)
   --sim [SCENARIO]   run a simulation behind the UI (a scenario YAML or built-in name; the
                      default scenario without one); pause, step, speed, switch policy (o)
   --replay TRACE     play back a recorded trace (JSON Lines); pause, step, seek, speed
 
 Keys: q quit, ? help, p pause, / filter requests, Tab or 1-7 panels, + - speed, s step,
-[ ] seek 10 s, { } seek 60 s, o policy (sim), d next device (sim), Enter open a request.
+[ ] seek 10 s, { } seek 60 s, o policy (sim, gateway), d next device (sim), Enter open a request.
 """
 
 

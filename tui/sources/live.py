@@ -10,6 +10,10 @@ A stock vLLM server answers 404 there; the source then scrapes ``/metrics`` once
 the panels that need request records or samples say why they are empty. For an edgeserve server
 ``/metrics`` is scraped too, less often, for what only vLLM's metrics have (KV-cache usage).
 
+An ``edgeserve gateway`` publishes the same stream (its header's producer says so): one record per
+decision. Its ``/health`` names the policy and the policies it can switch to; ``o`` then switches
+the gateway's policy live (``POST /admin/policy``), and the devices panel shows the decisions.
+
 Pausing a live source holds the view still (the app stops polling); events keep arriving into
 a bounded buffer (``buffer_max`` lines; older ones are dropped and counted if it fills).
 """
@@ -38,6 +42,9 @@ from tui.sources.vllm_metrics import parse_metrics
 
 EVENTS_PATH = "/v1/events"
 METRICS_PATH = "/metrics"
+HEALTH_PATH = "/health"
+POLICY_PATH = "/admin/policy"
+GATEWAY_PRODUCER = "edgeserve gateway"
 
 VLLM_WHY = {
     Panel.WORKERS: "a stock vLLM server publishes no per-worker figures "
@@ -50,11 +57,16 @@ VLLM_WHY = {
     Panel.DEVICES: "devices are shown for simulations (edgeserve tui --sim)",
 }
 EDGESERVE_WHY = {Panel.DEVICES: "devices are shown for simulations (edgeserve tui --sim)"}
+GATEWAY_WHY = {
+    Panel.WORKERS: "a gateway runs no preprocessing workers; its targets do",
+    Panel.QUEUES: "a gateway's queue is among the policy inputs in the devices panel (6)",
+}
 
 
 class Mode(enum.StrEnum):
     CONNECTING = "connecting"
     EDGESERVE = "edgeserve"  # event stream + /metrics
+    GATEWAY = "gateway"  # an edgeserve gateway's event stream; its policy can be switched
     VLLM = "vllm"  # /metrics only
 
 
@@ -93,10 +105,15 @@ class LiveSource:
         self._state = "connecting"
         self._frozen = False
         self.events_received = 0
+        self.policy: str | None = None  # a gateway's policy, as it last reported it
+        self._policies: tuple[str, ...] = ()
+        self._policy_task: asyncio.Task[None] | None = None
 
     # ---- Source protocol -----------------------------------------------------------------
     @property
     def caps(self) -> Capabilities:
+        if self.mode is Mode.GATEWAY:
+            return Capabilities(policies=self._policies, why_empty=GATEWAY_WHY)
         why = VLLM_WHY if self.mode is Mode.VLLM else EDGESERVE_WHY
         return Capabilities(why_empty=why)
 
@@ -125,6 +142,7 @@ class LiveSource:
         if resp.status == 200:
             self.mode = Mode.EDGESERVE
             self._state = "connected"
+            await self._detect_gateway()
             self._events_task = asyncio.create_task(self._read_events(resp))
             return
         resp.release()
@@ -192,7 +210,48 @@ class LiveSource:
         raise SourceError("a live server cannot seek; record a trace (--trace) and replay it")
 
     def set_policy(self, name: str) -> None:
-        raise SourceError("a live server has no offload policy to switch")
+        if self.mode is not Mode.GATEWAY:
+            raise SourceError("a live server has no offload policy to switch")
+        if name not in self._policies:
+            raise SourceError(f"unknown policy {name!r} (known: {', '.join(self._policies)})")
+        self._policy_task = asyncio.get_running_loop().create_task(self._post_policy(name))
+
+    async def _post_policy(self, name: str) -> None:
+        """``POST /admin/policy``; the gateway's answer (or why it failed) goes to the status."""
+        assert self._session is not None
+        try:
+            async with self._session.post(
+                self.url + POLICY_PATH, json={"policy": name},
+                timeout=aiohttp.ClientTimeout(total=5),
+            ) as r:
+                doc = await r.json(content_type=None)
+                if r.status == 200:
+                    self.policy = str(doc.get("policy", name))
+                else:
+                    msg = doc.get("error", {}).get("message", "") if isinstance(doc, dict) else ""
+                    self._state = f"policy switch refused: HTTP {r.status} {msg}".rstrip()
+        except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as e:
+            self._state = f"policy switch failed: {e or type(e).__name__}"
+
+    async def wait_policy(self) -> None:
+        """Until the last policy switch has been answered (tests; the UI does not wait)."""
+        if self._policy_task is not None:
+            await self._policy_task
+
+    async def _detect_gateway(self) -> None:
+        """A gateway's ``/health`` names its policy and the ones it can switch to."""
+        assert self._session is not None
+        try:
+            async with self._session.get(
+                self.url + HEALTH_PATH, timeout=aiohttp.ClientTimeout(total=5)
+            ) as r:
+                doc = await r.json(content_type=None) if r.status == 200 else None
+        except (TimeoutError, aiohttp.ClientError, OSError, ValueError):
+            return
+        if isinstance(doc, dict) and isinstance(doc.get("policies"), list):
+            self.mode = Mode.GATEWAY
+            self._policies = tuple(str(p) for p in doc["policies"])
+            self.policy = str(doc.get("policy")) if doc.get("policy") else None
 
     # ---- background ----------------------------------------------------------------------
     async def _get_metrics(self) -> str:
@@ -236,7 +295,10 @@ class LiveSource:
 
     def _status(self) -> str:
         dropped = self._received - self._taken - len(self._lines)
-        kind = "edgeserve events" if self.mode is Mode.EDGESERVE else "vLLM /metrics only"
+        kind = {Mode.EDGESERVE: "edgeserve events", Mode.GATEWAY: "gateway events"}.get(
+            self.mode, "vLLM /metrics only")
+        if self.mode is Mode.GATEWAY and self.policy:
+            kind += f" │ policy {self.policy}"
         s = f"{kind} │ {self._state} │ {self.events_received} events"
         if dropped > 0:
             s += f" │ {dropped} dropped while paused"

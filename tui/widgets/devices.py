@@ -1,5 +1,8 @@
 """Devices panel (simulations): temperature against trip points, clock level, battery, offload.
 
+For an ``edgeserve gateway`` (live or replayed) it shows the gateway's decisions instead
+(:mod:`tui.widgets.gateway_view`).
+
 A device with a thermal network (junction and skin nodes, a clock per unit) adds a line with its
 skin temperature and every unit's clock level; below the devices, the latest stage migrations
 (the encoder leaving a hot NPU, image work leaving a hot big cluster) with their reasons.
@@ -15,6 +18,7 @@ from edgeserve.records import DeviceSample
 from tui.sources.base import Panel
 from tui.state import DeviceView
 from tui.widgets.base import PanelWidget, View, sparkline
+from tui.widgets.gateway_view import draw_gateway
 
 
 class DevicesPanel(PanelWidget):
@@ -41,11 +45,19 @@ class DevicesPanel(PanelWidget):
         "devices--migration",
     }
 
+    def partial(self, view: View) -> bool:
+        """A trace or server without device samples may still be a gateway's: show its decisions."""
+        return view.snapshot.gateway is not None
+
     def draw(self, view: View, width: int) -> Text:
         devs = view.snapshot.devices
-        if not devs:
+        gw = view.snapshot.gateway
+        if not devs and gw is None:
             return Text("no device samples yet", style="italic")
         t = Text(no_wrap=True, overflow="ellipsis")
+        if gw is not None:
+            draw_gateway(t, gw, width, self.style_of("devices--label"),
+                         self.style_of("devices--spark"))
         for d in devs:
             self._device(t, d, width)
         moves = view.snapshot.migrations[-self.MIGRATIONS_SHOWN:]
