@@ -18,7 +18,7 @@ HELP = """\
   + / -      speed up / down (sim, replay)
   [ / ]      seek -10 s / +10 s (replay)
   { / }      seek -60 s / +60 s (replay)
-  o          switch offload policy (simulation)
+  o          switch offload policy (simulation, gateway)
   Enter      open the selected request (requests panel)
 
 [b]Panels[/b]
@@ -27,7 +27,7 @@ HELP = """\
   3 workers    busy share and stage per CPU worker; engine busy; stall
   4 timeline   one row per CPU worker and the engine, one column per second
   5 requests   recent requests as stage bars
-  6 devices    simulated devices: temperature vs trip points, clock, battery
+  6 devices    simulated devices: temperature, clocks, battery; gateway decisions
   7 system     this host (psutil, NVML) and the server's processes
 
 [b]Timeline[/b]
