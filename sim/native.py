@@ -40,6 +40,7 @@ HOT = tuple(
         "step_cost",
         "step_engine",
         "device",
+        "battery",
         "cloud",
         "network",
         "service",

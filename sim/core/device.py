@@ -47,6 +47,7 @@ from typing import Any
 
 from edgeserve.records import DeviceSample, Outcome
 from sim.core.batching import BatchEngine, Engine, StepModel
+from sim.core.battery import Battery
 from sim.core.cloud import CloudServer
 from sim.core.device_network import DeviceNetwork
 from sim.core.job import Job
@@ -213,10 +214,7 @@ class Device:
         self._thermal_at = math.inf
         self.active = True  # cleared when the simulation drains; stops periodic governors
         self.on_level: Callable[[Device], Any] | None = None  # called after each clock change
-        bat = profile.battery
-        self.battery_capacity_wh = bat.capacity_wh if bat else None
-        self._battery_start_wh = bat.capacity_wh * bat.initial_fraction if bat else 0.0
-        self.battery_low_fraction = bat.low_fraction if bat else 0.0
+        self.battery = Battery(profile.battery) if profile.battery is not None else None
         # decisions
         self.decisions = 0
         self.offloaded = 0
@@ -242,21 +240,33 @@ class Device:
         return self.thermal.temp_c
 
     @property
+    def battery_capacity_wh(self) -> float | None:
+        return self.battery.capacity_wh if self.battery is not None else None
+
+    @property
+    def battery_low_fraction(self) -> float:
+        return self.battery.low_fraction if self.battery is not None else 0.0
+
+    @property
     def battery_wh(self) -> float | None:
-        if self.battery_capacity_wh is None:
+        if self.battery is None:
             return None
         self.account_until(self.loop.now)
-        return max(0.0, self._battery_start_wh - (self.energy_j + self.radio_j) / 3600.0)
+        return self.battery.left_wh(self.energy_j + self.radio_j)
 
     @property
     def battery_fraction(self) -> float | None:
-        wh = self.battery_wh
-        return None if wh is None or self.battery_capacity_wh is None else wh / self.battery_capacity_wh
+        if self.battery is None:
+            return None
+        self.account_until(self.loop.now)
+        return self.battery.fraction(self.energy_j + self.radio_j)
 
     @property
     def battery_low(self) -> bool:
-        f = self.battery_fraction
-        return f is not None and f < self.battery_low_fraction
+        if self.battery is None:
+            return False
+        self.account_until(self.loop.now)
+        return self.battery.low(self.energy_j + self.radio_j)
 
     @property
     def queue_len(self) -> int:
@@ -282,8 +292,8 @@ class Device:
         now = self.loop.now
         self.account_until(now)
         battery_wh = None  # battery_wh, without integrating twice
-        if self.battery_capacity_wh is not None:
-            battery_wh = max(0.0, self._battery_start_wh - (self.energy_j + self.radio_j) / 3600.0)
+        if self.battery is not None:
+            battery_wh = self.battery.left_wh(self.energy_j + self.radio_j)
         level = self.level
         return DeviceSample(
             t_s=now, device=self.name, temp_c=self.thermal.temp_c, clock_level=level,
