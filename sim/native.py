@@ -41,6 +41,7 @@ HOT = tuple(
         "step_engine",
         "device",
         "battery",
+        "offload",
         "cloud",
         "network",
         "service",
