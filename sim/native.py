@@ -40,6 +40,8 @@ HOT = tuple(
         "step_cost",
         "step_engine",
         "device",
+        "battery",
+        "offload",
         "cloud",
         "network",
         "service",

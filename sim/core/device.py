@@ -47,18 +47,17 @@ from typing import Any
 
 from edgeserve.records import DeviceSample, Outcome
 from sim.core.batching import BatchEngine, Engine, StepModel
+from sim.core.battery import Battery
 from sim.core.cloud import CloudServer
 from sim.core.device_network import DeviceNetwork
 from sim.core.job import Job
 from sim.core.loop import EventLoop
-from sim.core.network import Link
+from sim.core.offload import OffloadPath
 from sim.core.service import Draws, Linear, ServiceTime, mean_of_sum
 from sim.core.step_engine import StepEngine
 from sim.core.thermal import PowerAllocatorGovernor, StepWiseGovernor, ThermalNode
 from sim.scenario.config import LinkConfig
 from sim.scenario.profiles import CPU_STAGE_NAMES, DeviceProfile, GovernorKind, StageName
-
-RADIO_W = 1.5  # assumed radio power while a transfer is on air (Wi-Fi/5G class)
 
 
 class LocalModel(StepModel):
@@ -96,7 +95,10 @@ class Device:
         self.profile = profile
         self.cloud = cloud
         self.on_finished = on_finished
-        self.link = Link(link_cfg, random.Random(f"{seed}:link:{name}"))
+        # the way to the cloud (sim.core.offload): link, radio energy, offload estimate
+        self.uplink = OffloadPath(loop, link_cfg, random.Random(f"{seed}:link:{name}"), cloud,
+                                  on_finished)
+        self.link = self.uplink.link
         self.link_cfg = link_cfg
         st = profile.stages
 
@@ -136,8 +138,6 @@ class Device:
         self._cpu_done_cb: Callable[[Any], None] = self._cpu_done
         self._enc_done_cb: Callable[[Any], None] = self._enc_done
         self._submit_cb: Callable[[Any], None] = self._submit
-        self._downlinked_cb: Callable[[Any], None] = self._downlinked
-        self._outcome_ok = Outcome.OK
         llm = profile.llm
         # admission limits (the runtime's engine slots and 429s)
         adm = profile.admission
@@ -203,7 +203,6 @@ class Device:
         self.thermal = ThermalNode(profile.thermal, loop.now)
         self._t_last = loop.now
         self.energy_j = 0.0
-        self.radio_j = 0.0
         self.throttled_s = 0.0
         self._dyn_nominal_j = 0.0  # dynamic energy at nominal power scale (PID demand)
         self.governor_kind = profile.thermal.governor
@@ -213,10 +212,7 @@ class Device:
         self._thermal_at = math.inf
         self.active = True  # cleared when the simulation drains; stops periodic governors
         self.on_level: Callable[[Device], Any] | None = None  # called after each clock change
-        bat = profile.battery
-        self.battery_capacity_wh = bat.capacity_wh if bat else None
-        self._battery_start_wh = bat.capacity_wh * bat.initial_fraction if bat else 0.0
-        self.battery_low_fraction = bat.low_fraction if bat else 0.0
+        self.battery = Battery(profile.battery) if profile.battery is not None else None
         # decisions
         self.decisions = 0
         self.offloaded = 0
@@ -242,21 +238,33 @@ class Device:
         return self.thermal.temp_c
 
     @property
+    def battery_capacity_wh(self) -> float | None:
+        return self.battery.capacity_wh if self.battery is not None else None
+
+    @property
+    def battery_low_fraction(self) -> float:
+        return self.battery.low_fraction if self.battery is not None else 0.0
+
+    @property
     def battery_wh(self) -> float | None:
-        if self.battery_capacity_wh is None:
+        if self.battery is None:
             return None
         self.account_until(self.loop.now)
-        return max(0.0, self._battery_start_wh - (self.energy_j + self.radio_j) / 3600.0)
+        return self.battery.left_wh(self.energy_j + self.radio_j)
 
     @property
     def battery_fraction(self) -> float | None:
-        wh = self.battery_wh
-        return None if wh is None or self.battery_capacity_wh is None else wh / self.battery_capacity_wh
+        if self.battery is None:
+            return None
+        self.account_until(self.loop.now)
+        return self.battery.fraction(self.energy_j + self.radio_j)
 
     @property
     def battery_low(self) -> bool:
-        f = self.battery_fraction
-        return f is not None and f < self.battery_low_fraction
+        if self.battery is None:
+            return False
+        self.account_until(self.loop.now)
+        return self.battery.low(self.energy_j + self.radio_j)
 
     @property
     def queue_len(self) -> int:
@@ -282,8 +290,8 @@ class Device:
         now = self.loop.now
         self.account_until(now)
         battery_wh = None  # battery_wh, without integrating twice
-        if self.battery_capacity_wh is not None:
-            battery_wh = max(0.0, self._battery_start_wh - (self.energy_j + self.radio_j) / 3600.0)
+        if self.battery is not None:
+            battery_wh = self.battery.left_wh(self.energy_j + self.radio_j)
         level = self.level
         s = DeviceSample(
             t_s=now, device=self.name, temp_c=self.thermal.temp_c, clock_level=level,
@@ -307,14 +315,7 @@ class Device:
 
     def estimate_cloud_s(self, job: Job) -> float:
         """Predicted latency if ``job`` were offloaded now (``inf`` without a cloud server)."""
-        cloud = self.cloud
-        if cloud is None:
-            return math.inf
-        lc = self.link_cfg
-        return self.link.estimate_s(
-            job.rec.image_bytes + lc.request_overhead_bytes,
-            job.output_tokens * lc.response_bytes_per_token + 500, self.loop.now,
-        ) + cloud.estimate_s(job)
+        return self.uplink.estimate_s(job)
 
     # ---- power, heat, clock ----------------------------------------------------------------
     def account_until(self, now: float) -> None:
@@ -602,36 +603,16 @@ class Device:
         if self._input is not None:  # queued at the hand-off, schedulable only now
             job.rec.engine_queued_s = self.loop.now - self._input.mean_s(job)
 
-    # ---- offloading ---------------------------------------------------------------------
+    # ---- offloading (sim.core.offload) ----------------------------------------------------
+    @property
+    def radio_j(self) -> float:
+        """Radio energy of this device's transfers so far."""
+        return self.uplink.radio_j
+
     def offload(self, job: Job) -> None:
         """Send ``job`` (its JPEG bytes and prompt) to the cloud server."""
-        cloud = self.cloud
-        assert cloud is not None
-        now = self.loop.now
-        link = self.link
-        up = link.up
-        busy0 = up.busy_s
-        t_up = link._send(up, job.rec.image_bytes + self.link_cfg.request_overhead_bytes, now)
-        self.radio_j += (up.busy_s - busy0) * RADIO_W
-        job.rec.uplink_end_s = t_up
-        self.loop.at(t_up + cloud.preprocess_s(job), cloud.arrive, job)
+        self.uplink.send(job)
 
     def cloud_done(self, job: Job) -> None:
         """The cloud finished ``job``; its answer comes back over the downlink."""
-        rec = job.rec
-        if rec.outcome is not self._outcome_ok:
-            self.on_finished(job)
-            return
-        link = self.link
-        down = link.down
-        busy0 = down.busy_s
-        t = link._send(down, job.output_tokens * self.link_cfg.response_bytes_per_token + 500,
-                       self.loop.now)
-        self.radio_j += (down.busy_s - busy0) * RADIO_W
-        self.loop.at(t, self._downlinked_cb, job)
-
-    def _downlinked(self, arg: Any) -> None:
-        job: Job = arg
-        job.rec.finished_s = self.loop.now
-        self.on_finished(job)
-
+        self.uplink.cloud_done(job)
