@@ -29,7 +29,7 @@ import time
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from edgeserve import records
+from edgeserve import auto_defaults, hardware, records
 from edgeserve.config import EngineCorePlacement, PreprocMode, ServeConfig
 from edgeserve.console import say
 from edgeserve.encoder import EncoderSpec, check_encoder
@@ -138,6 +138,9 @@ async def serve(cfg: ServeConfig, ready_message: bool = True) -> int:
     cfg, fallbacks = resolve_paths(cfg)  # paths this model family cannot take
     for line in fallbacks:
         say(line)
+    cfg, choices = auto_defaults.resolve(cfg, hardware.detect())  # dtype, encoder, workers
+    for line in choices:
+        say(line)
     spec = check_encoder(cfg)  # before anything starts: a missing or foreign export fails here
     if spec is not None:
         say(_encoder_line(cfg, spec))
@@ -170,7 +173,7 @@ async def serve(cfg: ServeConfig, ready_message: bool = True) -> int:
         if moved is not None:
             say(moved.line())
     meta: dict[str, object] = {"model": cfg.model_name, "family": cfg.preproc_spec.family.value,
-                               "mode": cfg.mode.value,
+                               "mode": cfg.mode.value, "dtype": cfg.engine.dtype,
                                "workers": cfg.workers if cfg.mode is PreprocMode.SPLIT else 0,
                                "min_pixels": cfg.min_pixels, "max_pixels": cfg.max_pixels,
                                "host": host_name(), "pid": os.getpid(),

@@ -28,6 +28,8 @@ from PIL import Image
 from serve_process import ServerProcess
 
 from edgeserve import records
+from edgeserve.config import default_workers
+from edgeserve.hardware import Platform, detect
 
 pytestmark = pytest.mark.engine
 
@@ -84,14 +86,41 @@ def default_server(tmp_path_factory: pytest.TempPathFactory,
     srv.stop()
 
 
+def this_machines_dtype() -> str:
+    """The dtype the default server chooses here (vLLM's CPU build; test_auto_defaults.py)."""
+    return "bfloat16" if detect(Platform.CPU).bf16_feature else "float32"
+
+
+def test_the_default_server_states_its_dtype_and_encoder_choices_with_their_reasons(
+    default_server: ServerProcess, tiny_model_dir: Path,
+) -> None:
+    lines = [x.removeprefix("edgeserve serve: ")
+             for x in default_server.log_path.read_text().splitlines()]
+    hw = detect(Platform.CPU)
+    assert f"machine: {hw.describe()}" in lines
+    dtype = next(x for x in lines if x.startswith("dtype "))
+    assert dtype.startswith(f"dtype {this_machines_dtype()}: vLLM's CPU build on a CPU ")
+    assert dtype.endswith("(override: --dtype)")
+    # the tiny model has its export (MODEL/onnx): the workers run the tower on vLLM's CPU build
+    encoder = next(x for x in lines if x.startswith("encoder "))
+    assert encoder.startswith("encoder onnx: the exported tower on ONNX Runtime in the workers")
+    assert next(x for x in lines if x.startswith("vision encoder: ")).startswith(
+        f"vision encoder: {tiny_model_dir / 'onnx' / 'encoder.onnx'} on ONNX Runtime")
+    ready = next(x for x in lines if x.startswith("ready on "))
+    assert f"workers={default_workers(encoder_on_cpu=True)}" in ready
+
+
 def test_the_default_server_sizes_its_kv_cache_from_the_model_and_says_how(
     default_server: ServerProcess,
 ) -> None:
     log = default_server.log_path.read_text()
     line = next(x for x in log.splitlines() if x.startswith("edgeserve serve: KV cache"))
-    # the tiny model: 16 seqs × 4096 tokens × 512 B/token = 32 MiB, well under any node's cap
-    assert "32.0 MiB (65536 tokens, budget)" in line
-    assert "512 B/token" in line and "node 0 available" in line
+    # the tiny model: 16 seqs × 4096 tokens × 512 B/token (bfloat16; 1024 in float32) = 32 MiB
+    # (64 MiB), well under any node's cap
+    per_token, mib = (512, "32.0") if this_machines_dtype() == "bfloat16" else (1024, "64.0")
+    assert f"{mib} MiB (65536 tokens, budget)" in line
+    assert f"{per_token} B/token" in line and f"({this_machines_dtype()})" in line
+    assert "node 0 available" in line
     assert "multimodal processor cache capped at" in log
     # vLLM's own output went to the engine log, not to the terminal
     assert "Traceback" not in log and "INFO" not in log
@@ -152,11 +181,14 @@ def test_the_trace_records_every_engine_step_of_that_request(
     assert sum(s.prefill_tokens for s in steps) == prompt
     assert sum(s.decode_tokens for s in steps) == completion - 1
     assert all(s.decode_tokens == s.decode_requests for s in steps)
+    # the image's 391 tokens go through the engine's encoder schedule whether its tower runs
+    # there or the workers hand it their embeddings (the default on vLLM's CPU build)
     assert sum(s.encoder_tokens for s in steps) == 391
-    assert all(s.duration_s > 0 for s in steps)
-    assert [s.t_s for s in steps] == sorted(s.t_s for s in steps)
     header = next(records.read_trace(trace))
     assert isinstance(header, records.TraceHeader)
+    assert all(s.duration_s > 0 for s in steps)
+    assert [s.t_s for s in steps] == sorted(s.t_s for s in steps)
+    assert header.meta["dtype"] == this_machines_dtype()
     assert header.meta["engine"]["max_num_seqs"] == 16  # type: ignore[index]
     assert header.meta["engine"]["kv_cache_tokens"] == 65536  # type: ignore[index]
     assert header.meta["host_cores"] == len(os.sched_getaffinity(0))
