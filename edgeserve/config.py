@@ -184,6 +184,7 @@ class ServeConfig:
     # placement
     engine_core_placement: EngineCorePlacement = EngineCorePlacement.WITH_WORKER
     # lifecycle
+    warmup: bool = True  # image steps of the largest and common sizes before ready (edgeserve.warmup)
     drain_timeout_s: float = 30.0
     engine: EngineOptions = field(default_factory=EngineOptions)
 

@@ -35,6 +35,7 @@ _FIELDS = {
     "encoder_threads": "encoder_threads",
     "trace": "trace", "engine_log": "engine_log", "verbose": "verbose",
     "sample_interval": "sample_interval_s", "drain_timeout": "drain_timeout_s",
+    "warmup": "warmup",
     "engine_core_placement": "engine_core_placement",
     "max_model_len": "engine.max_model_len", "max_num_seqs": "engine.max_num_seqs",
     "gpu_memory_utilization": "engine.gpu_memory_utilization", "dtype": "engine.dtype",
@@ -151,6 +152,11 @@ def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
                    help="show vLLM's output on the terminal instead of in --engine-log")
     g.add_argument("--sample-interval", type=float, metavar="S",
                    help=f"resource sample period (default: {_d('sample_interval_s')})")
+    g.add_argument("--no-warmup", dest="warmup", action="store_const", const=False,
+                   help="report ready as soon as the engine is up, without first running image "
+                   "requests of the largest and the common sizes through the workers and the "
+                   "engine (by default they run before /health answers, so that the first user "
+                   "request pays no cold start; the start-up lines say how long they took)")
     g.add_argument("--drain-timeout", type=float, metavar="S",
                    help="on SIGTERM, wait this long for in-flight requests "
                    f"(default: {_d('drain_timeout_s')})")

@@ -10,8 +10,9 @@ Routes:
   (:func:`edgeserve.records.encode`): a ``request`` record when a request finishes and a
   ``sample`` every ``--sample-interval``. The first event is the trace ``header``.
 
-Start-up order: workers, then the engine (tens of seconds on CPU), then the HTTP listener — so a
-``/health`` that answers at all means ready. Shutdown (SIGTERM/SIGINT): stop admitting (503),
+Start-up order: workers, then the engine (tens of seconds on CPU), then the warm-up requests
+(:mod:`edgeserve.warmup`), then the HTTP listener — so a ``/health`` that answers at all means
+ready, and warm. Shutdown (SIGTERM/SIGINT): stop admitting (503),
 wait for in-flight requests up to ``--drain-timeout``, cancel the rest (their engine requests are
 aborted), then stop the listener, workers and engine, and close the trace.
 """
@@ -47,6 +48,7 @@ from edgeserve.server.context import ServerContext
 from edgeserve.server.media import MediaPolicy
 from edgeserve.stalls import StallMeter
 from edgeserve.tracing import Recorder, ResourceSampler, host_name, process_layout
+from edgeserve.warmup import warm_up
 
 log = logging.getLogger("edgeserve.serve")
 CTX = web.AppKey("ctx", ServerContext)
@@ -159,15 +161,20 @@ async def serve(cfg: ServeConfig, ready_message: bool = True) -> int:
     # a client's /health is refused rather than left waiting): a port in use fails at once.
     sock = bind_socket(cfg.host, cfg.port)
     engine = Engine(cfg, meter)
+    warm_steps: list[records.EngineStep] = []  # into the trace once its header is known
+    engine.state.on_step = warm_steps.append
     try:
         await preproc.start()
         engine.start()
+        warm = await warm_up(cfg, engine, preproc) if cfg.warmup else None
     except BaseException:
         sock.close()
         await preproc.close()
         engine.shutdown()
         shm.sweep(os.getpid())
         raise
+    if warm is not None:
+        say(warm.line())
     if cfg.engine_core_placement is EngineCorePlacement.WITH_WORKER:
         moved = colocate_engine_core({p for p in preproc.worker_pids() if p is not None})
         if moved is not None:
@@ -187,7 +194,11 @@ async def serve(cfg: ServeConfig, ready_message: bool = True) -> int:
     if spec is not None:
         meta["encoder"] = {"kind": cfg.encoder.value, "graph": spec.graph,
                            "provider": spec.provider, "threads": spec.intra_op_threads}
+    if warm is not None:
+        meta["warmup"] = warm.as_meta()
     recorder = Recorder(cfg.trace, Metrics(), meta)
+    for step in warm_steps:
+        recorder.step(step)
     engine.state.on_step = recorder.step
     ctx = ServerContext(
         config=cfg, engine=engine, preproc=preproc, meter=meter, recorder=recorder,

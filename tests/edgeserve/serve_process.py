@@ -34,6 +34,8 @@ class ServerProcess:
         self.log_path = log_path
         self.argv = [sys.executable, "-m", "edgeserve", "serve", "--port", str(self.port), *args]
         self.proc: subprocess.Popen[bytes] | None = None
+        self.ready_t_s = 0.0  # time.monotonic() when /health first answered 200
+        self.last_refused_t_s = 0.0  # the last /health poll before that which got no answer
 
     @property
     def url(self) -> str:
@@ -53,9 +55,12 @@ class ServerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log_tail()}")
             try:
+                asked_t_s = time.monotonic()
                 self.get_json("/health")
+                self.ready_t_s = time.monotonic()
                 return self
             except (urllib.error.URLError, ConnectionError):
+                self.last_refused_t_s = asked_t_s
                 time.sleep(0.5)
         self.stop()
         raise RuntimeError(f"server not ready after {STARTUP_TIMEOUT_S} s:\n{self.log_tail()}")

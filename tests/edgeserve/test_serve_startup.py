@@ -173,8 +173,12 @@ def test_the_trace_records_every_engine_step_of_that_request(
     prompt, completion = USAGE[0]
     trace = Path(default_server.argv[default_server.argv.index("--trace") + 1])
     deadline = time.monotonic() + 10
+    header = next(records.read_trace(trace))
+    assert isinstance(header, records.TraceHeader)
+    warm_end_t_s = header.meta["warmup"]["end_t_s"]  # type: ignore[index]
     while True:
-        steps = [x for x in records.read_trace(trace) if isinstance(x, records.EngineStep)]
+        steps = [x for x in records.read_trace(trace)
+                 if isinstance(x, records.EngineStep) and x.t_s > warm_end_t_s]
         if sum(s.decode_tokens for s in steps) >= completion - 1 or time.monotonic() > deadline:
             break
         time.sleep(0.5)
@@ -184,8 +188,6 @@ def test_the_trace_records_every_engine_step_of_that_request(
     # the image's 391 tokens go through the engine's encoder schedule whether its tower runs
     # there or the workers hand it their embeddings (the default on vLLM's CPU build)
     assert sum(s.encoder_tokens for s in steps) == 391
-    header = next(records.read_trace(trace))
-    assert isinstance(header, records.TraceHeader)
     assert all(s.duration_s > 0 for s in steps)
     assert [s.t_s for s in steps] == sorted(s.t_s for s in steps)
     assert header.meta["dtype"] == this_machines_dtype()
@@ -193,6 +195,49 @@ def test_the_trace_records_every_engine_step_of_that_request(
     assert header.meta["engine"]["kv_cache_tokens"] == 65536  # type: ignore[index]
     assert header.meta["host_cores"] == len(os.sched_getaffinity(0))
     assert set(header.meta["processes"]) >= {"frontend", "worker0", "engine"}  # type: ignore[arg-type]
+
+
+def test_the_default_server_warms_up_before_it_is_ready(default_server: ServerProcess,
+                                                        tiny_model_dir: Path) -> None:
+    """Image requests of the largest size (one per worker) and of the common sizes, and a
+    text-only one, ran through the workers and the engine before /health first answered; the
+    start-up lines say how long they took, and the trace keeps their steps before the header's
+    ``warmup.end_t_s``."""
+    from mm_preproc.smart_resize import smart_resize
+    from mm_preproc.spec import read_spec
+
+    lines = [x.removeprefix("edgeserve serve: ")
+             for x in default_server.log_path.read_text().splitlines()]
+    warm = next(i for i, x in enumerate(lines) if x.startswith("warm-up: "))
+    assert warm < next(i for i, x in enumerate(lines) if x.startswith("ready on "))
+    assert lines[warm].endswith(" s before ready")
+    trace = Path(default_server.argv[default_server.argv.index("--trace") + 1])
+    header = next(records.read_trace(trace))
+    assert isinstance(header, records.TraceHeader)
+    meta = header.meta["warmup"]
+    assert isinstance(meta, dict)
+    steps = [x for x in records.read_trace(trace) if isinstance(x, records.EngineStep)]
+    warm_steps = [s for s in steps if s.t_s <= meta["end_t_s"]]
+    # the trace's first steps are the warm-up's, and they precede the ready time
+    assert warm_steps and steps[0] is warm_steps[0]
+    assert meta["start_t_s"] < warm_steps[0].t_s <= meta["end_t_s"] < default_server.ready_t_s
+    # /health gave no answer while the warm-up ran
+    assert default_server.last_refused_t_s > warm_steps[0].t_s
+    # the images it sent: the largest (a 4:3 photograph at max_pixels) once per worker, then the
+    # web sizes and a 1 MP photograph, each resized as a user's image is
+    spec = read_spec(tiny_model_dir)
+
+    def tokens(w: int, h: int) -> int:
+        th, tw = smart_resize(h, w, spec.factor, spec.min_pixels, spec.max_pixels)
+        return spec.tokens(th, tw)
+
+    workers = default_workers(encoder_on_cpu=True)
+    common = [(448, 448), (640, 480), (800, 600), (1024, 768), (1280, 800)]
+    assert meta["largest_tokens"] == tokens(4000, 3000) <= spec.max_pixels // spec.factor ** 2
+    assert sum(s.encoder_tokens for s in warm_steps) == (
+        workers * tokens(4000, 3000) + sum(tokens(w, h) for w, h in common))
+    assert meta["requests"] == workers + len(common) + 1
+    assert sum(s.decode_tokens for s in warm_steps) == meta["requests"]  # 2 tokens each
 
 
 def test_an_impossible_kv_cache_fails_in_one_paragraph_and_leaves_nothing(
