@@ -246,5 +246,5 @@ def run(args: argparse.Namespace) -> int:
                                        host=cfg.host, port=cfg.port), error=True)
             return 1
     if status:
-        say("stopped because the vLLM engine died", error=True)
+        say("stopped because the vLLM engine died and no new one could start", error=True)
     return status

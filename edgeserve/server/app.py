@@ -45,6 +45,7 @@ from edgeserve.preproc_pool.pool import PreprocPool
 from edgeserve.server.admission import Admission
 from edgeserve.server.chat import handle_chat
 from edgeserve.server.context import ServerContext
+from edgeserve.server.engine_restart import watch_engine
 from edgeserve.server.media import MediaPolicy
 from edgeserve.stalls import StallMeter
 from edgeserve.tracing import Recorder, ResourceSampler, host_name, process_layout
@@ -95,12 +96,15 @@ async def health(request: web.Request) -> web.Response:
         "workers": workers,
         "inflight": ctx.inflight,
         "engine": {"running": ctx.engine.state.running, "waiting": ctx.engine.state.waiting,
-                   "aborted_total": ctx.engine.state.aborted_total},
+                   "aborted_total": ctx.engine.state.aborted_total,
+                   "restarting": ctx.engine_restarting, "restarts": ctx.engine_restarts},
     }
     broken = getattr(p, "broken", None)
     if broken:
         body["error"] = broken
-    status = 503 if ctx.draining or ctx.engine.errored or broken else 200
+    elif ctx.engine_restarting or ctx.engine.errored:
+        body["error"] = "the vLLM engine died; a new one is starting"
+    status = 503 if ctx.draining or ctx.engine.errored or ctx.engine_restarting or broken else 200
     return web.json_response(body, status=status)
 
 
@@ -131,8 +135,8 @@ async def events(request: web.Request) -> web.StreamResponse:
 
 # ---- running ----------------------------------------------------------------------------
 async def serve(cfg: ServeConfig, ready_message: bool = True) -> int:
-    """Run the server until SIGTERM/SIGINT or the engine's death; returns the exit status
-    (0 after a clean shutdown, 1 when the engine died)."""
+    """Run the server until SIGTERM/SIGINT, or until a dead engine cannot be replaced; returns
+    the exit status (0 after a clean shutdown, 1 when no engine could be started again)."""
     loop = asyncio.get_running_loop()
     stale = shm.sweep_stale()
     if stale:
@@ -215,7 +219,7 @@ async def serve(cfg: ServeConfig, ready_message: bool = True) -> int:
     site = web.SockSite(runner, sock)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, ctx.stop.set)
-    watchdog = asyncio.create_task(_watch_engine(ctx))
+    watchdog = asyncio.create_task(watch_engine(ctx))
     try:
         await site.start()
         if ready_message:
@@ -256,19 +260,6 @@ def bind_socket(host: str, port: int) -> socket.socket:
         sock.close()
         raise
     return sock
-
-
-ENGINE_CHECK_INTERVAL_S = 0.5
-
-
-async def _watch_engine(ctx: ServerContext) -> None:
-    """Shut the server down when the vLLM engine dies (its process killed, a fatal error): vLLM
-    cannot restart it in place, so serving on would answer every request with an error."""
-    while not ctx.stop.is_set():
-        if ctx.engine.errored:
-            ctx.engine_has_died()
-            return
-        await asyncio.sleep(ENGINE_CHECK_INTERVAL_S)
 
 
 async def _drain(ctx: ServerContext) -> None:
