@@ -16,7 +16,8 @@ prefills and decodes two tokens:
   and a 1 MP photograph, each resized as a user's would be;
 * a text-only prompt.
 
-Each is a JPEG of random pixels (distinct, so that no cache answers for another), so it costs
+An image whose tokens would not fit ``max_model_len`` with its prompt is left out, as a user's
+would be refused. Each is a JPEG of random pixels (distinct, so that no cache answers for another), so it costs
 what a photograph of its size costs after decoding. The steps they cause are in the trace, before
 the ``warmup`` entry's ``end_t_s`` of the trace header.
 """
@@ -42,6 +43,7 @@ LARGEST_ASPECT = (4000, 3000)  # a phone photograph, W × H
 COMMON_SIZES = ((448, 448), (640, 480), (800, 600), (1024, 768), (1280, 800))  # W × H
 PROMPT = "Describe this image in one sentence."
 OUTPUT_TOKENS = 2  # a prefill and one decode step per request
+PROMPT_MARGIN_TOKENS = 64  # the chat template and the text around an image
 
 
 @dataclass(slots=True, frozen=True)
@@ -51,6 +53,8 @@ class WarmupReport:
     requests: int
     largest: tuple[int, int]  # W × H of the largest image, resized
     largest_tokens: int
+    largest_copies: int  # sent at once (one per worker; 0 when it does not fit max_model_len)
+    common_sizes: int
     start_t_s: float
     end_t_s: float
 
@@ -61,12 +65,14 @@ class WarmupReport:
     def line(self) -> str:
         w, h = self.largest
         return (f"warm-up: {self.requests} requests (the largest image, {w}x{h} = "
-                f"{self.largest_tokens} tokens, once per worker; {len(COMMON_SIZES)} common "
-                f"sizes; text only) in {self.duration_s:.1f} s before ready")
+                f"{self.largest_tokens} tokens, {self.largest_copies} at once; "
+                f"{self.common_sizes} common sizes; text only) in {self.duration_s:.1f} s "
+                "before ready")
 
     def as_meta(self) -> dict[str, object]:
         return {"requests": self.requests, "largest": list(self.largest),
-                "largest_tokens": self.largest_tokens, "start_t_s": self.start_t_s,
+                "largest_tokens": self.largest_tokens, "largest_copies": self.largest_copies,
+                "common_sizes": self.common_sizes, "start_t_s": self.start_t_s,
                 "end_t_s": self.end_t_s, "duration_s": round(self.duration_s, 3)}
 
 
@@ -90,18 +96,26 @@ async def warm_up(cfg: ServeConfig, engine: Engine, preproc: PreprocPool | Inlin
                   ) -> WarmupReport:
     """Run the warm-up requests (see the module docstring); raises what a request would."""
     start = time.monotonic()
+    spec = cfg.preproc_spec
     largest = largest_size(cfg)
+    room = cfg.engine.max_model_len - PROMPT_MARGIN_TOKENS
+
+    def fits(size: tuple[int, int]) -> bool:
+        w, h = size
+        th, tw = smart_resize(h, w, spec.factor, int(cfg.min_pixels or 0), int(cfg.max_pixels or 0))
+        return spec.tokens(th, tw) <= room
+
     seeds = iter(range(1 << 30))
-    copies = cfg.workers if isinstance(preproc, PreprocPool) else 1
-    await asyncio.gather(*(_one(engine, preproc, largest, next(seeds))
-                           for _ in range(int(copies or 1))))
-    for size in COMMON_SIZES:
+    copies = int(cfg.workers or 1) if isinstance(preproc, PreprocPool) else 1
+    copies = copies if fits(largest) else 0
+    await asyncio.gather(*(_one(engine, preproc, largest, next(seeds)) for _ in range(copies)))
+    common = [size for size in COMMON_SIZES if fits(size)]
+    for size in common:
         await _one(engine, preproc, size, next(seeds))
     await _one(engine, preproc, None, next(seeds))
-    spec = cfg.preproc_spec
-    return WarmupReport(requests=int(copies or 1) + len(COMMON_SIZES) + 1, largest=largest,
+    return WarmupReport(requests=copies + len(common) + 1, largest=largest,
                         largest_tokens=spec.tokens(largest[1], largest[0]),
-                        start_t_s=start, end_t_s=time.monotonic())
+                        largest_copies=copies, common_sizes=len(common), start_t_s=start, end_t_s=time.monotonic())
 
 
 async def _one(engine: Engine, preproc: PreprocPool | InlinePreproc,
