@@ -13,7 +13,8 @@ Both were first tuned on whatever CPU was at hand, and both turned out to depend
   the engine against 7 ms with the exported tower on ONNX Runtime in the preprocessing workers
   (TTFT p50 0.26 s against 0.38 s); on the AVX2-only EPYC the exported float32 graph was also
   2.3–3.0× faster than vLLM's bfloat16 tower (docs/onnx_encoder.md). So on the CPU build the
-  workers run it wherever the model has an export; on a GPU vLLM's tower runs there.
+  workers run it wherever the model has an export (in ``--mode inline`` there are no workers,
+  and the engine keeps it); on a GPU vLLM's tower runs there.
   ``--encoder none`` or ``onnx`` overrides.
 
 The rules take a :class:`~edgeserve.hardware.Hardware`, so they are tested on machines other
@@ -27,7 +28,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgeserve.config import EncoderKind, ServeConfig
+from edgeserve.config import EncoderKind, PreprocMode, ServeConfig
 from edgeserve.hardware import Hardware, Platform
 
 
@@ -64,11 +65,16 @@ def choose_dtype(hw: Hardware, checkpoint_dtype: str) -> Choice:
                   "EPYC)")
 
 
-def choose_encoder(hw: Hardware, export_problem: str | None) -> Choice:
+def choose_encoder(hw: Hardware, export_problem: str | None, *, workers: bool = True) -> Choice:
     """Where the vision tower runs on ``hw``; ``export_problem`` says why the model's ONNX export
-    cannot be used (None: it can)."""
+    cannot be used (None: it can); ``workers``: whether preprocessing runs in worker processes
+    (split mode) rather than on the frontend's event loop (inline), where an encode would stall
+    every stream."""
     if hw.platform is Platform.GPU:
         return Choice(EncoderKind.NONE.value, "vLLM's tower inside the engine, on the GPU")
+    if not workers:
+        return Choice(EncoderKind.NONE.value, "vLLM's tower inside the engine: inline mode has "
+                      "no preprocessing workers to run it in")
     if export_problem is not None:
         return Choice(EncoderKind.NONE.value, f"vLLM's tower inside the engine: {export_problem}")
     if "amx_bf16" in hw.cpu_flags:
@@ -115,8 +121,9 @@ def resolve(cfg: ServeConfig, hw: Hardware) -> tuple[ServeConfig, list[str]]:
     else:
         lines.append(f"dtype {opts.dtype} (--dtype)")
     if cfg.encoder is EncoderKind.AUTO:
-        problem = None if hw.platform is Platform.GPU else export_problem(cfg)
-        choice = choose_encoder(hw, problem)
+        split = cfg.mode is PreprocMode.SPLIT
+        problem = None if hw.platform is Platform.GPU or not split else export_problem(cfg)
+        choice = choose_encoder(hw, problem, workers=split)
         cfg = cfg.replace(encoder=EncoderKind(choice.value))
         lines.append(f"encoder {choice.value}: {choice.reason} (override: --encoder none|onnx)")
     return cfg, lines

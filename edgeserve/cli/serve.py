@@ -99,9 +99,10 @@ def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
                    help="none: vLLM runs the vision tower inside the engine; onnx: the exported "
                    "tower runs on ONNX Runtime in each preprocessing worker right after patchify "
                    "(in the frontend with --mode inline) and vLLM receives image embeddings; "
-                   "auto: onnx on vLLM's CPU build where the model has an export (MODEL/onnx, "
-                   "`edgeserve models export-encoder`), none on a GPU or without an export; the "
-                   "start-up lines say which and why (default: auto)")
+                   "auto: onnx on vLLM's CPU build in split mode where the model has an export "
+                   "(MODEL/onnx, `edgeserve models export-encoder`), none on a GPU, in inline "
+                   "mode or without an export; the start-up lines say which and why "
+                   "(default: auto)")
     g.add_argument("--encoder-path", metavar="DIR",
                    help="folder with encoder.onnx and encoder.json, written by `edgeserve models "
                    "export-encoder` (default: MODEL/onnx)")

@@ -65,6 +65,13 @@ def test_encoder_without_an_export_or_on_a_gpu_is_the_engines() -> None:
     assert choose_encoder(gpu, None).value == "none"
 
 
+def test_inline_mode_keeps_the_tower_in_the_engine(tiny_model_dir: Path) -> None:
+    """Without workers the graph would run on the frontend's event loop, stalling every stream."""
+    assert choose_encoder(cpu(AVX2), None, workers=False).value == "none"
+    got, lines = resolve(ServeConfig(model=str(tiny_model_dir), mode="inline"), cpu(AVX2))
+    assert got.encoder is EncoderKind.NONE and "inline mode" in lines[2]
+
+
 def test_model_dtype_reads_the_checkpoint(tiny_model_dir: Path, tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text('{"text_config": {"dtype": "float16"}}')
     assert model_dtype(tmp_path) == "float16"
