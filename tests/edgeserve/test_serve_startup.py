@@ -86,6 +86,18 @@ def default_server(tmp_path_factory: pytest.TempPathFactory,
     srv.stop()
 
 
+def trace_header(trace: Path, timeout_s: float = 10.0) -> records.TraceHeader:
+    """The trace's header, once the server has flushed it (on its first resource sample, a
+    second after ready, which a test right after start-up can precede)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        header = next(records.read_trace(trace), None)
+        if isinstance(header, records.TraceHeader) or time.monotonic() > deadline:
+            assert isinstance(header, records.TraceHeader)
+            return header
+        time.sleep(0.2)
+
+
 def this_machines_dtype() -> str:
     """The dtype the default server chooses here (vLLM's CPU build; test_auto_defaults.py)."""
     return "bfloat16" if detect(Platform.CPU).bf16_feature else "float32"
@@ -172,9 +184,8 @@ def test_the_trace_records_every_engine_step_of_that_request(
     assert len(USAGE) == 1, "runs after the image request"
     prompt, completion = USAGE[0]
     trace = Path(default_server.argv[default_server.argv.index("--trace") + 1])
+    header = trace_header(trace)
     deadline = time.monotonic() + 10
-    header = next(records.read_trace(trace))
-    assert isinstance(header, records.TraceHeader)
     warm_end_t_s = header.meta["warmup"]["end_t_s"]  # type: ignore[index]
     while True:
         steps = [x for x in records.read_trace(trace)
@@ -212,9 +223,7 @@ def test_the_default_server_warms_up_before_it_is_ready(default_server: ServerPr
     assert warm < next(i for i, x in enumerate(lines) if x.startswith("ready on "))
     assert lines[warm].endswith(" s before ready")
     trace = Path(default_server.argv[default_server.argv.index("--trace") + 1])
-    header = next(records.read_trace(trace))
-    assert isinstance(header, records.TraceHeader)
-    meta = header.meta["warmup"]
+    meta = trace_header(trace).meta["warmup"]
     assert isinstance(meta, dict)
     steps = [x for x in records.read_trace(trace) if isinstance(x, records.EngineStep)]
     warm_steps = [s for s in steps if s.t_s <= meta["end_t_s"]]
