@@ -14,7 +14,7 @@ A config file (YAML or JSON) has the same field names; the engine options sit un
       max_model_len: 4096
       max_num_seqs: 8
       kv_cache_memory_bytes: 268435456   # optional: the default sizes it from the model
-    encoder: onnx                        # optional: the vision tower on ONNX Runtime
+    encoder: onnx                        # optional (default auto): the tower on ONNX Runtime
     encoder_provider: OpenVINO
     encoder_provider_options: {device_type: NPU}
 
@@ -50,6 +50,7 @@ class PreprocMode(enum.StrEnum):
 class EncoderKind(enum.StrEnum):
     """Where the vision encoder (the model's vision tower) runs."""
 
+    AUTO = "auto"  # chosen from the machine at start (edgeserve.auto_defaults)
     NONE = "none"  # inside the vLLM engine, as vLLM runs it
     ONNX = "onnx"  # on ONNX Runtime in the preprocessing stage; vLLM gets image embeddings
 
@@ -98,7 +99,7 @@ class EngineOptions:
     max_num_seqs: int = 16
     gpu_memory_utilization: float | None = None  # None: sized by edgeserve (CPU) or vLLM (GPU)
     kv_cache_memory_bytes: int | None = None  # a fixed KV-cache size instead of the fraction
-    dtype: str = "auto"
+    dtype: str | None = None  # None: chosen from the machine at start (edgeserve.auto_defaults)
     enforce_eager: bool = False
     seed: int = 0
     enable_prefix_caching: bool = True
@@ -115,6 +116,12 @@ class EngineOptions:
         if self.kv_cache_memory_bytes is not None and self.kv_cache_memory_bytes < 1:
             raise ConfigError("engine.kv_cache_memory_bytes must be >= 1, "
                               f"got {self.kv_cache_memory_bytes}")
+        if self.dtype is not None and (not isinstance(self.dtype, str) or not self.dtype):
+            raise ConfigError(f"engine.dtype must be a dtype name such as bfloat16, float32 or "
+                              f"auto (the checkpoint's), got {self.dtype!r}")
+
+    def replace(self, **changes: Any) -> EngineOptions:
+        return dataclasses.replace(self, **changes)
 
 
 @dataclass(slots=True, frozen=True)
@@ -134,7 +141,9 @@ class ServeConfig:
     Vision encoder: with ``encoder`` ``onnx`` the graph in ``encoder_path`` (default
     ``<model>/onnx``) runs on ONNX Runtime's ``encoder_provider`` (with
     ``encoder_provider_options``, ``encoder_threads`` intra-op threads per process) right after
-    patchify, and vLLM receives ``image_embeds`` (see :mod:`edgeserve.encoder`).
+    patchify, and vLLM receives ``image_embeds`` (see :mod:`edgeserve.encoder`). ``auto`` (the
+    default) and ``engine.dtype`` ``None`` are decided from the machine when the server starts
+    (:mod:`edgeserve.auto_defaults`); until then ``workers`` may be ``None``.
     """
 
     model: str = str(DEFAULT_MODEL_DIR)
@@ -162,7 +171,7 @@ class ServeConfig:
     preproc_backend: str = "auto"
     fast_decode: bool = True
     # vision encoder
-    encoder: EncoderKind = EncoderKind.NONE
+    encoder: EncoderKind = EncoderKind.AUTO
     encoder_path: str | None = None  # None: <model>/onnx
     encoder_provider: str = "CPU"  # an ONNX Runtime execution provider, short or full name
     encoder_threads: int = 1  # intra-op threads of each process's session
@@ -175,6 +184,7 @@ class ServeConfig:
     # placement
     engine_core_placement: EngineCorePlacement = EngineCorePlacement.WITH_WORKER
     # lifecycle
+    warmup: bool = True  # image steps of the largest and common sizes before ready (edgeserve.warmup)
     drain_timeout_s: float = 30.0
     engine: EngineOptions = field(default_factory=EngineOptions)
 
@@ -192,10 +202,12 @@ class ServeConfig:
                 "`edgeserve models build-tiny`, or pass --model DIR"
             )
         self._check_encoder()
-        workers = default_workers(self.encoder_on_cpu) if self.workers is None else self.workers
-        if workers < 1:
-            raise ConfigError(f"workers must be >= 1, got {workers}")
-        object.__setattr__(self, "workers", workers)
+        # with encoder auto the count waits for the choice (edgeserve.auto_defaults.resolve)
+        if self.workers is not None or self.encoder is not EncoderKind.AUTO:
+            workers = default_workers(self.encoder_on_cpu) if self.workers is None else self.workers
+            if workers < 1:
+                raise ConfigError(f"workers must be >= 1, got {workers}")
+            object.__setattr__(self, "workers", workers)
         if not 0 < self.port < 65536:
             raise ConfigError(f"port must be in 1..65535, got {self.port}")
         if self.max_engine_queue is None:
@@ -246,7 +258,8 @@ class ServeConfig:
             try:
                 object.__setattr__(self, "encoder", EncoderKind(self.encoder))
             except ValueError:
-                raise ConfigError(f"encoder must be 'none' or 'onnx', got {self.encoder!r}") from None
+                raise ConfigError("encoder must be 'auto', 'none' or 'onnx', "
+                                  f"got {self.encoder!r}") from None
         if self.encoder_path is None and self.encoder is EncoderKind.ONNX:
             object.__setattr__(self, "encoder_path", str(Path(self.model) / ENCODER_SUBDIR))
         if not isinstance(self.encoder_threads, int) or self.encoder_threads < 1:

@@ -58,11 +58,11 @@ class EncoderSpec(msgspec.Struct, frozen=True, array_like=True):
 
 
 def check_encoder(cfg: ServeConfig) -> EncoderSpec | None:
-    """The encoder the config asks for, checked; None for ``encoder: none``.
+    """The encoder the config asks for, checked; None unless ``encoder: onnx``.
 
     Raises :class:`EncoderError` with the fix in its message.
     """
-    if cfg.encoder is EncoderKind.NONE:
+    if cfg.encoder is not EncoderKind.ONNX:
         return None
     from models.onnx_encoder.meta import GRAPH_NAME, META_NAME, EncoderMeta, NotQwen2VLError
     from models.onnx_encoder.runtime import ProviderNotAvailableError, resolve_providers

@@ -166,7 +166,7 @@ class Engine:
         # as size bounds
         self.mm_kwargs = {"size": {"shortest_edge": config.min_pixels,
                                    "longest_edge": config.max_pixels}}
-        self.takes_embeds = config.encoder is not EncoderKind.NONE
+        self.takes_embeds = config.encoder is EncoderKind.ONNX
 
     def start(self) -> None:
         """Create the engine (loads the model, starts EngineCore; tens of seconds on CPU)."""
@@ -203,7 +203,7 @@ class Engine:
             served_model_name=[self.config.model_name],
             max_model_len=opts.max_model_len,
             max_num_seqs=opts.max_num_seqs,
-            dtype=opts.dtype,  # type: ignore[arg-type]  # validated by vLLM
+            dtype=opts.dtype or "auto",  # type: ignore[arg-type]  # validated by vLLM
             enforce_eager=opts.enforce_eager,
             seed=opts.seed,
             enable_prefix_caching=opts.enable_prefix_caching,
@@ -233,7 +233,7 @@ class Engine:
                 str(opts.extra.get("mamba_ssm_cache_dtype", "auto")),
                 avx512_bf16=bool(torch.cpu._is_avx512_bf16_supported()))
             geometry = engine_memory.KVGeometry.from_model_dir(
-                cfg.model, opts.dtype, str(opts.extra.get("kv_cache_dtype", "auto")), ssm)
+                cfg.model, opts.dtype or "auto", str(opts.extra.get("kv_cache_dtype", "auto")), ssm)
             plan = engine_memory.plan_kv_cache(
                 geometry, max_num_seqs=opts.max_num_seqs, max_model_len=opts.max_model_len,
                 node=engine_memory.node_memory(), weights_bytes=engine_memory.weights_bytes(cfg.model),

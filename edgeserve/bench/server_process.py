@@ -41,6 +41,8 @@ class ServerProcess:
         self._env = dict(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
+        self.ready_t_s = 0.0  # time.monotonic() when ready_path first answered 200
+        self.last_refused_t_s = 0.0  # the last poll before that which got no answer
 
     @classmethod
     def edgeserve(cls, args: Sequence[str], log_path: Path, *, port: int | None = None,
@@ -79,10 +81,13 @@ class ServerProcess:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             self._check_alive()
+            asked_t_s = time.monotonic()
             try:
                 self.get_json(self.ready_path)
+                self.ready_t_s = time.monotonic()
                 return self
             except (urllib.error.URLError, ConnectionError, TimeoutError):
+                self.last_refused_t_s = asked_t_s
                 time.sleep(0.5)
         self.stop()
         raise RuntimeError(f"server not ready after {timeout_s:.0f} s; last lines of "

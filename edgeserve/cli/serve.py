@@ -35,6 +35,7 @@ _FIELDS = {
     "encoder_threads": "encoder_threads",
     "trace": "trace", "engine_log": "engine_log", "verbose": "verbose",
     "sample_interval": "sample_interval_s", "drain_timeout": "drain_timeout_s",
+    "warmup": "warmup",
     "engine_core_placement": "engine_core_placement",
     "max_model_len": "engine.max_model_len", "max_num_seqs": "engine.max_num_seqs",
     "gpu_memory_utilization": "engine.gpu_memory_utilization", "dtype": "engine.dtype",
@@ -79,7 +80,8 @@ def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
                    "(default: split)")
     g.add_argument("--workers", type=int, metavar="N",
                    help=f"preprocessing worker processes (default: cores - 2, at least 1, "
-                   f"here {default_workers()}; with --encoder onnx on the CPU, which moves the "
+                   f"here {default_workers()}; with the encoder on the CPU (--encoder onnx, or "
+                   f"auto where it chooses onnx), which moves the "
                    f"vision tower out of the engine into the workers: cores - 1, at least 2, "
                    f"here {default_workers(encoder_on_cpu=True)})")
     g.add_argument("--min-pixels", type=int,
@@ -93,11 +95,14 @@ def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
                    help="decode JPEGs at full size instead of at 1/2..1/8 scale when the target "
                    "is small enough")
     g = p.add_argument_group("vision encoder")
-    g.add_argument("--encoder", choices=["none", "onnx"],
+    g.add_argument("--encoder", choices=["auto", "none", "onnx"],
                    help="none: vLLM runs the vision tower inside the engine; onnx: the exported "
                    "tower runs on ONNX Runtime in each preprocessing worker right after patchify "
-                   "(in the frontend with --mode inline) and vLLM receives image embeddings "
-                   "(default: none)")
+                   "(in the frontend with --mode inline) and vLLM receives image embeddings; "
+                   "auto: onnx on vLLM's CPU build in split mode where the model has an export "
+                   "(MODEL/onnx, `edgeserve models export-encoder`), none on a GPU, in inline "
+                   "mode or without an export; the start-up lines say which and why "
+                   "(default: auto)")
     g.add_argument("--encoder-path", metavar="DIR",
                    help="folder with encoder.onnx and encoder.json, written by `edgeserve models "
                    "export-encoder` (default: MODEL/onnx)")
@@ -148,6 +153,11 @@ def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
                    help="show vLLM's output on the terminal instead of in --engine-log")
     g.add_argument("--sample-interval", type=float, metavar="S",
                    help=f"resource sample period (default: {_d('sample_interval_s')})")
+    g.add_argument("--no-warmup", dest="warmup", action="store_const", const=False,
+                   help="report ready as soon as the engine is up, without first running image "
+                   "requests of the largest and the common sizes through the workers and the "
+                   "engine (by default they run before /health answers, so that the first user "
+                   "request pays no cold start; the start-up lines say how long they took)")
     g.add_argument("--drain-timeout", type=float, metavar="S",
                    help="on SIGTERM, wait this long for in-flight requests "
                    f"(default: {_d('drain_timeout_s')})")
@@ -170,7 +180,11 @@ def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
                    "max-num-seqs x max-model-len tokens x the model's KV bytes per token, at "
                    "most half the NUMA node's available memory after the weights, at least one "
                    "request of max-model-len; the start-up log shows the derivation)")
-    g.add_argument("--dtype", help=f"default: {_e('dtype')}")
+    g.add_argument("--dtype", metavar="DTYPE",
+                   help="the engine's precision, overriding the machine's choice: bfloat16, "
+                   "float32, float16, or auto for the checkpoint's own (default: chosen at start "
+                   "and printed with its reason: on vLLM's CPU build bfloat16 where the CPU has "
+                   "avx512_bf16 or amx_bf16, float32 otherwise; on a GPU the model's own dtype)")
     g.add_argument("--enforce-eager", action="store_const", const=True, help="default: off")
     g.add_argument("--seed", type=int, help=f"engine seed (default: {_e('seed')})")
     g.add_argument("--no-prefix-caching", dest="enable_prefix_caching", action="store_const",
@@ -233,5 +247,5 @@ def run(args: argparse.Namespace) -> int:
                                        host=cfg.host, port=cfg.port), error=True)
             return 1
     if status:
-        say("stopped because the vLLM engine died", error=True)
+        say("stopped because the vLLM engine died and no new one could start", error=True)
     return status

@@ -10,8 +10,9 @@ Routes:
   (:func:`edgeserve.records.encode`): a ``request`` record when a request finishes and a
   ``sample`` every ``--sample-interval``. The first event is the trace ``header``.
 
-Start-up order: workers, then the engine (tens of seconds on CPU), then the HTTP listener — so a
-``/health`` that answers at all means ready. Shutdown (SIGTERM/SIGINT): stop admitting (503),
+Start-up order: workers, then the engine (tens of seconds on CPU), then the warm-up requests
+(:mod:`edgeserve.warmup`), then the HTTP listener — so a ``/health`` that answers at all means
+ready, and warm. Shutdown (SIGTERM/SIGINT): stop admitting (503),
 wait for in-flight requests up to ``--drain-timeout``, cancel the rest (their engine requests are
 aborted), then stop the listener, workers and engine, and close the trace.
 """
@@ -29,7 +30,7 @@ import time
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from edgeserve import records
+from edgeserve import auto_defaults, hardware, records
 from edgeserve.config import EngineCorePlacement, PreprocMode, ServeConfig
 from edgeserve.console import say
 from edgeserve.encoder import EncoderSpec, check_encoder
@@ -44,9 +45,11 @@ from edgeserve.preproc_pool.pool import PreprocPool
 from edgeserve.server.admission import Admission
 from edgeserve.server.chat import handle_chat
 from edgeserve.server.context import ServerContext
+from edgeserve.server.engine_restart import watch_engine
 from edgeserve.server.media import MediaPolicy
 from edgeserve.stalls import StallMeter
 from edgeserve.tracing import Recorder, ResourceSampler, host_name, process_layout
+from edgeserve.warmup import warm_up
 
 log = logging.getLogger("edgeserve.serve")
 CTX = web.AppKey("ctx", ServerContext)
@@ -93,12 +96,15 @@ async def health(request: web.Request) -> web.Response:
         "workers": workers,
         "inflight": ctx.inflight,
         "engine": {"running": ctx.engine.state.running, "waiting": ctx.engine.state.waiting,
-                   "aborted_total": ctx.engine.state.aborted_total},
+                   "aborted_total": ctx.engine.state.aborted_total,
+                   "restarting": ctx.engine_restarting, "restarts": ctx.engine_restarts},
     }
     broken = getattr(p, "broken", None)
     if broken:
         body["error"] = broken
-    status = 503 if ctx.draining or ctx.engine.errored or broken else 200
+    elif ctx.engine_restarting or ctx.engine.errored:
+        body["error"] = "the vLLM engine died; a new one is starting"
+    status = 503 if ctx.draining or ctx.engine.errored or ctx.engine_restarting or broken else 200
     return web.json_response(body, status=status)
 
 
@@ -129,14 +135,17 @@ async def events(request: web.Request) -> web.StreamResponse:
 
 # ---- running ----------------------------------------------------------------------------
 async def serve(cfg: ServeConfig, ready_message: bool = True) -> int:
-    """Run the server until SIGTERM/SIGINT or the engine's death; returns the exit status
-    (0 after a clean shutdown, 1 when the engine died)."""
+    """Run the server until SIGTERM/SIGINT, or until a dead engine cannot be replaced; returns
+    the exit status (0 after a clean shutdown, 1 when no engine could be started again)."""
     loop = asyncio.get_running_loop()
     stale = shm.sweep_stale()
     if stale:
         log.warning("removed %d shared-memory segments left by dead servers", len(stale))
     cfg, fallbacks = resolve_paths(cfg)  # paths this model family cannot take
     for line in fallbacks:
+        say(line)
+    cfg, choices = auto_defaults.resolve(cfg, hardware.detect())  # dtype, encoder, workers
+    for line in choices:
         say(line)
     spec = check_encoder(cfg)  # before anything starts: a missing or foreign export fails here
     if spec is not None:
@@ -156,21 +165,26 @@ async def serve(cfg: ServeConfig, ready_message: bool = True) -> int:
     # a client's /health is refused rather than left waiting): a port in use fails at once.
     sock = bind_socket(cfg.host, cfg.port)
     engine = Engine(cfg, meter)
+    warm_steps: list[records.EngineStep] = []  # into the trace once its header is known
+    engine.state.on_step = warm_steps.append
     try:
         await preproc.start()
         engine.start()
+        warm = await warm_up(cfg, engine, preproc) if cfg.warmup else None
     except BaseException:
         sock.close()
         await preproc.close()
         engine.shutdown()
         shm.sweep(os.getpid())
         raise
+    if warm is not None:
+        say(warm.line())
     if cfg.engine_core_placement is EngineCorePlacement.WITH_WORKER:
         moved = colocate_engine_core({p for p in preproc.worker_pids() if p is not None})
         if moved is not None:
             say(moved.line())
     meta: dict[str, object] = {"model": cfg.model_name, "family": cfg.preproc_spec.family.value,
-                               "mode": cfg.mode.value,
+                               "mode": cfg.mode.value, "dtype": cfg.engine.dtype,
                                "workers": cfg.workers if cfg.mode is PreprocMode.SPLIT else 0,
                                "min_pixels": cfg.min_pixels, "max_pixels": cfg.max_pixels,
                                "host": host_name(), "pid": os.getpid(),
@@ -184,7 +198,11 @@ async def serve(cfg: ServeConfig, ready_message: bool = True) -> int:
     if spec is not None:
         meta["encoder"] = {"kind": cfg.encoder.value, "graph": spec.graph,
                            "provider": spec.provider, "threads": spec.intra_op_threads}
+    if warm is not None:
+        meta["warmup"] = warm.as_meta()
     recorder = Recorder(cfg.trace, Metrics(), meta)
+    for step in warm_steps:
+        recorder.step(step)
     engine.state.on_step = recorder.step
     ctx = ServerContext(
         config=cfg, engine=engine, preproc=preproc, meter=meter, recorder=recorder,
@@ -201,7 +219,7 @@ async def serve(cfg: ServeConfig, ready_message: bool = True) -> int:
     site = web.SockSite(runner, sock)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, ctx.stop.set)
-    watchdog = asyncio.create_task(_watch_engine(ctx))
+    watchdog = asyncio.create_task(watch_engine(ctx))
     try:
         await site.start()
         if ready_message:
@@ -242,19 +260,6 @@ def bind_socket(host: str, port: int) -> socket.socket:
         sock.close()
         raise
     return sock
-
-
-ENGINE_CHECK_INTERVAL_S = 0.5
-
-
-async def _watch_engine(ctx: ServerContext) -> None:
-    """Shut the server down when the vLLM engine dies (its process killed, a fatal error): vLLM
-    cannot restart it in place, so serving on would answer every request with an error."""
-    while not ctx.stop.is_set():
-        if ctx.engine.errored:
-            ctx.engine_has_died()
-            return
-        await asyncio.sleep(ENGINE_CHECK_INTERVAL_S)
 
 
 async def _drain(ctx: ServerContext) -> None:

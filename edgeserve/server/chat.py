@@ -80,6 +80,7 @@ async def _serve(ctx: ServerContext, request: web.Request, rec: RequestRecord) -
     cfg = ctx.config
     if ctx.draining:
         raise HTTPFailure(503, "server is shutting down", Outcome.REJECTED, cfg.retry_after_s)
+    _refuse_while_restarting(ctx)
     try:
         req = proto.parse_chat_request(await request.read(), cfg.max_images_per_request)
     except proto.BadRequest as e:
@@ -99,9 +100,20 @@ async def _serve(ctx: ServerContext, request: web.Request, rec: RequestRecord) -
     try:
         async with ctx.admission.slot() as release_slot:
             images = await _preprocess(ctx, urls, rec) if urls else []
-            return await _generate(ctx, request, req, rec, images, release_slot)
+            _refuse_while_restarting(ctx)  # the engine may have died meanwhile
+            ctx.engine_waiters += 1
+            try:
+                return await _generate(ctx, request, req, rec, images, release_slot)
+            finally:
+                ctx.engine_waiters -= 1
     finally:
         ctx.inflight -= 1
+
+
+def _refuse_while_restarting(ctx: ServerContext) -> None:
+    if ctx.engine_restarting or ctx.engine.errored:
+        raise HTTPFailure(503, "the inference engine is restarting after its process ended; "
+                          "retry later", Outcome.REJECTED, ctx.config.retry_after_s)
 
 
 async def _preprocess(ctx: ServerContext, urls: list[str], rec: RequestRecord) -> list[Preprocessed]:
@@ -199,11 +211,11 @@ def _checked_grids(ctx: ServerContext, images: list[Preprocessed]) -> list[tuple
 
 
 def _engine_failure(ctx: ServerContext, e: Exception) -> HTTPFailure:
-    """An exception out of the engine: 503 and a server shutdown when the engine itself died
-    (vLLM cannot recover from that; a supervisor should restart the server), else a 500."""
-    if ctx.engine.errored:
-        ctx.engine_has_died()
-        return HTTPFailure(503, "the inference engine has died; this server is shutting down",
+    """An exception out of the engine: 503 when the engine itself died (the server starts a new
+    one: :mod:`edgeserve.server.engine_restart`), else a 500."""
+    if ctx.engine.errored or ctx.engine_restarting:
+        return HTTPFailure(503, "the inference engine has died (its process ended); this request "
+                           "is lost and a new engine is starting: retry later",
                            Outcome.FAILED, ctx.config.retry_after_s)
     return HTTPFailure(500, f"engine error: {type(e).__name__}: {e}", Outcome.FAILED)
 

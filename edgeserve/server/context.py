@@ -34,15 +34,20 @@ class ServerContext:
     draining: bool = False
     stop: asyncio.Event = field(default_factory=asyncio.Event)  # set: drain and shut down
     engine_died: bool = False  # the shutdown was caused by the engine's death (exit status 1)
+    engine_restarting: bool = False  # a dead engine is being replaced (engine_restart)
+    engine_restarts: int = 0
+    engine_waiters: int = 0  # requests handed to the engine and not yet answered
+    engine_processes: list[Any] = field(default_factory=list)  # psutil.Process of vLLM's
     handler_tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     started_s: float = field(default_factory=time.monotonic)
     _last_busy: list[float] = field(default_factory=list)
     _last_busy_t: float = field(default_factory=time.monotonic)
 
     def engine_has_died(self) -> None:
-        """Stop the server without a drain; it exits with status 1 (see ``app.serve``)."""
+        """Stop the server without a drain (no new engine could start); it exits with status 1
+        (see ``app.serve``)."""
         if not self.engine_died:
-            log.error("the vLLM engine has died; shutting down (exit status 1)")
+            log.error("no vLLM engine can serve; shutting down (exit status 1)")
         self.engine_died = True
         self.stop.set()
 

@@ -24,13 +24,18 @@ def read_traces(paths: Iterable[str | Path]) -> TraceData:
     data = TraceData()
     for p in paths:
         first = len(data.steps)
+        warm_until_s = float("-inf")  # a server's warm-up steps are not the traffic's
         for item in read_trace(p):
             if isinstance(item, RequestRecord):
                 data.records.append(item)
             elif isinstance(item, EngineStep):
-                data.steps.append(item)
+                if item.t_s > warm_until_s:
+                    data.steps.append(item)
             elif isinstance(item, TraceHeader) and item.producer == "edgeserve serve":
                 data.meta = dict(item.meta)
+                warmup = data.meta.get("warmup")
+                if isinstance(warmup, dict):
+                    warm_until_s = float(warmup["end_t_s"])
         data.runs.append((first, len(data.steps)))
     return data
 

@@ -92,10 +92,11 @@ def test_a_wrong_shape_is_explained_with_the_shape_it_needed() -> None:
 
 
 # ---- configuration and start-up checks -----------------------------------------------------
-def test_the_default_has_no_encoder(tiny_model_dir: Path) -> None:
+def test_the_default_is_decided_at_start_and_none_has_no_encoder(tiny_model_dir: Path) -> None:
     c = cfg(tiny_model_dir)
-    assert c.encoder is EncoderKind.NONE and c.encoder_path is None
-    assert check_encoder(c) is None
+    assert c.encoder is EncoderKind.AUTO and c.encoder_path is None
+    assert check_encoder(c) is None  # until edgeserve.auto_defaults.resolve decides
+    assert check_encoder(cfg(tiny_model_dir, encoder="none")) is None
 
 
 def test_onnx_defaults_to_the_export_beside_the_model(tiny_model_dir: Path) -> None:
@@ -105,7 +106,7 @@ def test_onnx_defaults_to_the_export_beside_the_model(tiny_model_dir: Path) -> N
 
 
 @pytest.mark.parametrize(("field", "value", "message"), [
-    ("encoder", "npu", "encoder must be 'none' or 'onnx'"),
+    ("encoder", "npu", "encoder must be 'auto', 'none' or 'onnx'"),
     ("encoder_threads", 0, "encoder_threads must be an integer >= 1"),
     ("encoder_provider", " ", "encoder_provider must name"),
     ("encoder_provider_options", {"device_type": ["NPU"]}, "encoder_provider_options must map"),

@@ -101,7 +101,8 @@ def test_default_workers_leave_the_engine_a_core_unless_the_workers_run_the_enco
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
     cases: dict[str, dict[str, Any]] = {
-        "no_encoder": {},
+        "auto": {},  # decided at start (test_auto_defaults.py)
+        "no_encoder": {"encoder": "none"},
         "onnx_cpu": {"encoder": "onnx"},
         "openvino_cpu": {"encoder": "onnx", "encoder_provider": "openvino:CPU"},
         "ort_openvino_default_device": {"encoder": "onnx", "encoder_provider": "OpenVINO"},
@@ -112,7 +113,7 @@ def test_default_workers_leave_the_engine_a_core_unless_the_workers_run_the_enco
     }
     got = {name: ServeConfig(model=str(tiny_model_dir), **kw).workers for name, kw in cases.items()}
     without, with_cpu_encoder = max(1, cores - 2), max(min(2, cores), cores - 1)
-    assert got == {"no_encoder": without, "onnx_cpu": with_cpu_encoder,
+    assert got == {"auto": None, "no_encoder": without, "onnx_cpu": with_cpu_encoder,
                    "openvino_cpu": with_cpu_encoder, "ort_openvino_default_device": with_cpu_encoder,
                    "ort_openvino_npu": without, "cuda": without, "given": 1}
 

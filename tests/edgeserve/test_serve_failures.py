@@ -3,8 +3,9 @@ time, an engine that dies.
 
 With one engine slot and a waiting line of three, a request beyond them gets 429 while the admitted
 ones complete. SIGTERM with a drain timeout shorter than a running request cancels that request,
-records it as aborted and exits cleanly. A SIGKILLed vLLM EngineCore makes the server answer 503
-and exit with status 1 (a supervisor restarts it). No shared-memory segment is left behind.
+records it as aborted and exits cleanly. A SIGKILLed vLLM EngineCore fails the requests it held
+with 503, and the server starts a new engine and serves again. No shared-memory segment is left
+behind.
 """
 
 from __future__ import annotations
@@ -160,30 +161,66 @@ def test_a_drain_timeout_cancels_the_requests_still_running(tight: TightServer) 
     assert my_segments(server.pid) == []
 
 
-def test_a_dead_engine_fails_requests_with_503_and_stops_the_server(
+def engine_processes(server: ServerProcess) -> list[psutil.Process]:
+    """vLLM's processes under the server (EngineCore and its model worker)."""
+    return [p for p in psutil.Process(server.pid).children(recursive=True)
+            if p.name().startswith("VLLM::")]
+
+
+def health(server: ServerProcess) -> tuple[int, dict[str, Any]]:
+    try:
+        with urllib.request.urlopen(server.url + "/health", timeout=10) as r:
+            return int(r.status), json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return int(e.code), json.loads(e.read())
+
+
+def test_a_dead_engine_fails_its_requests_with_503_and_a_new_engine_serves(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
+    """SIGKILL of vLLM's EngineCore under load: the two requests it held end with 503 and the
+    reason, /health says not ready while a new engine starts, then ready; the next request is
+    served by the same server process, and the dead engine left no process and no /dev/shm
+    queue behind."""
     psm_before = {p.name for p in Path("/dev/shm").glob("psm_*")}
     server = ServerProcess.edgeserve(["--model", str(tiny_model_dir), "--workers", "1", "--max-model-len",
                                       "4096"], tmp_path / "server.log").start().ready()
     try:
-        core = [p for p in psutil.Process(server.pid).children(recursive=True)
-                if p.name().startswith("VLLM::EngineCor")]
-        assert len(core) == 1, [p.name() for p in psutil.Process(server.pid).children()]
-        t, state = start_stream(server, max_tokens=4000)
+        old = engine_processes(server)
+        core = [p for p in old if p.name().startswith("VLLM::EngineCor")]
+        assert len(core) == 1, [p.name() for p in old]
+        streams = [start_stream(server, max_tokens=4000) for _ in range(2)]
+        old_psm = {p.name for p in Path("/dev/shm").glob("psm_*")} - psm_before
         core[0].kill()
-        t.join(60)
-        assert not state["done"]
-        errors = [c["error"] for c in state["chunks"] if "error" in c]
-        # the in-flight request is told why (in-stream: its 200 status was already sent), unless
-        # the server closed the connection first
-        assert (errors == [] and state["error"] is not None) or (
-            errors and errors[0]["code"] == 503 and "engine has died" in errors[0]["message"])
-        assert server.proc is not None
-        assert server.proc.wait(60) == 1, server.log_tail()
-        assert "the vLLM engine has died" in server.log_tail(200)
+        for t, _ in streams:
+            t.join(60)
+        for _, state in streams:  # in-stream errors: their 200 status was already sent
+            assert not state["done"] and state["error"] is None
+            errors = [c["error"] for c in state["chunks"] if "error" in c]
+            assert errors and errors[0]["code"] == 503, state["chunks"][-3:]
+            assert "engine has died" in errors[0]["message"]
+        status, body = health(server)  # the watchdog may not have begun the restart yet
+        assert status == 503 and body["error"] == "the vLLM engine died; a new one is starting"
+        assert post(server, {"max_tokens": 2, "messages": [
+            {"role": "user", "content": "Hi"}]}) == 503
+        deadline = time.monotonic() + 300
+        while (status := health(server)[0]) != 200 and time.monotonic() < deadline:
+            assert server.proc is not None and server.proc.poll() is None, server.log_tail()
+            time.sleep(0.5)
+        assert status == 200, server.log_tail()
+        engine = health(server)[1]["engine"]
+        assert (engine["restarting"], engine["restarts"]) == (False, 1)
+        assert post(server, {"max_tokens": 4, "messages": [
+            {"role": "user", "content": "Hi"}]}) == 200
+        assert server.proc is not None and server.proc.poll() is None  # the same server
+        log = server.log_tail(200)
+        assert "the vLLM engine has died (restart 1)" in log and "a new vLLM engine serves" in log
+        # nothing of the dead engine is left: processes, vLLM's queue segments, our segments
+        assert [p.pid for p in old if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+        new = engine_processes(server)
+        assert new and {p.pid for p in new}.isdisjoint({p.pid for p in old})
+        assert old_psm and old_psm & {p.name for p in Path("/dev/shm").glob("psm_*")} == set()
         assert my_segments(server.pid) == []
-        # nor vLLM's own queue segments, which the killed EngineCore could not unlink
-        assert {p.name for p in Path("/dev/shm").glob("psm_*")} - psm_before == set()
     finally:
         server.stop()
+    assert {p.name for p in Path("/dev/shm").glob("psm_*")} - psm_before == set()

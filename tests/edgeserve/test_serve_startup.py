@@ -28,6 +28,8 @@ from PIL import Image
 
 from edgeserve import records
 from edgeserve.bench.server_process import ServerProcess
+from edgeserve.config import default_workers
+from edgeserve.hardware import Platform, detect
 from edgeserve.net import free_port
 
 pytestmark = pytest.mark.engine
@@ -85,14 +87,53 @@ def default_server(tmp_path_factory: pytest.TempPathFactory,
     srv.stop()
 
 
+def trace_header(trace: Path, timeout_s: float = 10.0) -> records.TraceHeader:
+    """The trace's header, once the server has flushed it (on its first resource sample, a
+    second after ready, which a test right after start-up can precede)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        header = next(records.read_trace(trace), None)
+        if isinstance(header, records.TraceHeader) or time.monotonic() > deadline:
+            assert isinstance(header, records.TraceHeader)
+            return header
+        time.sleep(0.2)
+
+
+def this_machines_dtype() -> str:
+    """The dtype the default server chooses here (vLLM's CPU build; test_auto_defaults.py)."""
+    return "bfloat16" if detect(Platform.CPU).bf16_feature else "float32"
+
+
+def test_the_default_server_states_its_dtype_and_encoder_choices_with_their_reasons(
+    default_server: ServerProcess, tiny_model_dir: Path,
+) -> None:
+    lines = [x.removeprefix("edgeserve serve: ")
+             for x in default_server.log_path.read_text().splitlines()]
+    hw = detect(Platform.CPU)
+    assert f"machine: {hw.describe()}" in lines
+    dtype = next(x for x in lines if x.startswith("dtype "))
+    assert dtype.startswith(f"dtype {this_machines_dtype()}: vLLM's CPU build on a CPU ")
+    assert dtype.endswith("(override: --dtype)")
+    # the tiny model has its export (MODEL/onnx): the workers run the tower on vLLM's CPU build
+    encoder = next(x for x in lines if x.startswith("encoder "))
+    assert encoder.startswith("encoder onnx: the exported tower on ONNX Runtime in the workers")
+    assert next(x for x in lines if x.startswith("vision encoder: ")).startswith(
+        f"vision encoder: {tiny_model_dir / 'onnx' / 'encoder.onnx'} on ONNX Runtime")
+    ready = next(x for x in lines if x.startswith("ready on "))
+    assert f"workers={default_workers(encoder_on_cpu=True)}" in ready
+
+
 def test_the_default_server_sizes_its_kv_cache_from_the_model_and_says_how(
     default_server: ServerProcess,
 ) -> None:
     log = default_server.log_path.read_text()
     line = next(x for x in log.splitlines() if x.startswith("edgeserve serve: KV cache"))
-    # the tiny model: 16 seqs × 4096 tokens × 512 B/token = 32 MiB, well under any node's cap
-    assert "32.0 MiB (65536 tokens, budget)" in line
-    assert "512 B/token" in line and "node 0 available" in line
+    # the tiny model: 16 seqs × 4096 tokens × 512 B/token (bfloat16; 1024 in float32) = 32 MiB
+    # (64 MiB), well under any node's cap
+    per_token, mib = (512, "32.0") if this_machines_dtype() == "bfloat16" else (1024, "64.0")
+    assert f"{mib} MiB (65536 tokens, budget)" in line
+    assert f"{per_token} B/token" in line and f"({this_machines_dtype()})" in line
+    assert "node 0 available" in line
     assert "multimodal processor cache capped at" in log
     # vLLM's own output went to the engine log, not to the terminal
     assert "Traceback" not in log and "INFO" not in log
@@ -144,24 +185,69 @@ def test_the_trace_records_every_engine_step_of_that_request(
     assert len(USAGE) == 1, "runs after the image request"
     prompt, completion = USAGE[0]
     trace = Path(default_server.argv[default_server.argv.index("--trace") + 1])
+    header = trace_header(trace)
     deadline = time.monotonic() + 10
+    warm_end_t_s = header.meta["warmup"]["end_t_s"]  # type: ignore[index]
     while True:
-        steps = [x for x in records.read_trace(trace) if isinstance(x, records.EngineStep)]
+        steps = [x for x in records.read_trace(trace)
+                 if isinstance(x, records.EngineStep) and x.t_s > warm_end_t_s]
         if sum(s.decode_tokens for s in steps) >= completion - 1 or time.monotonic() > deadline:
             break
         time.sleep(0.5)
     assert sum(s.prefill_tokens for s in steps) == prompt
     assert sum(s.decode_tokens for s in steps) == completion - 1
     assert all(s.decode_tokens == s.decode_requests for s in steps)
+    # the image's 391 tokens go through the engine's encoder schedule whether its tower runs
+    # there or the workers hand it their embeddings (the default on vLLM's CPU build)
     assert sum(s.encoder_tokens for s in steps) == 391
     assert all(s.duration_s > 0 for s in steps)
     assert [s.t_s for s in steps] == sorted(s.t_s for s in steps)
-    header = next(records.read_trace(trace))
-    assert isinstance(header, records.TraceHeader)
+    assert header.meta["dtype"] == this_machines_dtype()
     assert header.meta["engine"]["max_num_seqs"] == 16  # type: ignore[index]
     assert header.meta["engine"]["kv_cache_tokens"] == 65536  # type: ignore[index]
     assert header.meta["host_cores"] == len(os.sched_getaffinity(0))
     assert set(header.meta["processes"]) >= {"frontend", "worker0", "engine"}  # type: ignore[arg-type]
+
+
+def test_the_default_server_warms_up_before_it_is_ready(default_server: ServerProcess,
+                                                        tiny_model_dir: Path) -> None:
+    """Image requests of the largest size (one per worker) and of the common sizes, and a
+    text-only one, ran through the workers and the engine before /health first answered; the
+    start-up lines say how long they took, and the trace keeps their steps before the header's
+    ``warmup.end_t_s``."""
+    from mm_preproc.smart_resize import smart_resize
+    from mm_preproc.spec import read_spec
+
+    lines = [x.removeprefix("edgeserve serve: ")
+             for x in default_server.log_path.read_text().splitlines()]
+    warm = next(i for i, x in enumerate(lines) if x.startswith("warm-up: "))
+    assert warm < next(i for i, x in enumerate(lines) if x.startswith("ready on "))
+    assert lines[warm].endswith(" s before ready")
+    trace = Path(default_server.argv[default_server.argv.index("--trace") + 1])
+    meta = trace_header(trace).meta["warmup"]
+    assert isinstance(meta, dict)
+    steps = [x for x in records.read_trace(trace) if isinstance(x, records.EngineStep)]
+    warm_steps = [s for s in steps if s.t_s <= meta["end_t_s"]]
+    # the trace's first steps are the warm-up's, and they precede the ready time
+    assert warm_steps and steps[0] is warm_steps[0]
+    assert meta["start_t_s"] < warm_steps[0].t_s <= meta["end_t_s"] < default_server.ready_t_s
+    # /health gave no answer while the warm-up ran
+    assert default_server.last_refused_t_s > warm_steps[0].t_s
+    # the images it sent: the largest (a 4:3 photograph at max_pixels) once per worker, then the
+    # web sizes and a 1 MP photograph, each resized as a user's image is
+    spec = read_spec(tiny_model_dir)
+
+    def tokens(w: int, h: int) -> int:
+        th, tw = smart_resize(h, w, spec.factor, spec.min_pixels, spec.max_pixels)
+        return spec.tokens(th, tw)
+
+    workers = default_workers(encoder_on_cpu=True)
+    common = [(448, 448), (640, 480), (800, 600), (1024, 768), (1280, 800)]
+    assert meta["largest_tokens"] == tokens(4000, 3000) <= spec.max_pixels // spec.factor ** 2
+    assert sum(s.encoder_tokens for s in warm_steps) == (
+        workers * tokens(4000, 3000) + sum(tokens(w, h) for w, h in common))
+    assert meta["requests"] == workers + len(common) + 1
+    assert sum(s.decode_tokens for s in warm_steps) == meta["requests"]  # 2 tokens each
 
 
 def test_an_impossible_kv_cache_fails_in_one_paragraph_and_leaves_nothing(

@@ -231,3 +231,18 @@ def test_a_gap_that_leaves_nothing_for_a_bare_step_falls_back_to_one_mean() -> N
     assert per == {}
     assert g0 == pytest.approx(float(np.mean([-2e-4 + 6e-5 * s.decode_tokens
                                               for s in steps[1:]])), rel=1e-9)
+
+
+def test_a_servers_warm_up_steps_are_not_read_as_traffic(tmp_path: Path) -> None:
+    """``edgeserve serve`` runs warm-up requests before it is ready; their steps stay in the
+    trace, before the header's ``warmup.end_t_s``, and calibration leaves them out."""
+    from sim.fit.traces import read_traces
+
+    header = TraceHeader(producer="edgeserve serve", clock="monotonic", wall_offset_s=0.0,
+                         meta={"warmup": {"end_t_s": 10.0}})
+    w = TraceWriter(tmp_path / "t.jsonl", header)
+    for t in (9.0, 10.0, 10.5, 11.0):
+        w.write(EngineStep(t_s=t, duration_s=0.1, prefill_tokens=int(t * 10)))
+    w.close()
+    data = read_traces([tmp_path / "t.jsonl"])
+    assert [s.t_s for s in data.steps] == [10.5, 11.0] and data.runs == [(0, 2)]
