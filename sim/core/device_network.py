@@ -25,16 +25,25 @@ if TYPE_CHECKING:
 class UnitClock:
     """One unit's DVFS ladder and present level."""
 
-    __slots__ = ("level", "power_scales", "scales")
+    __slots__ = ("level", "max_level", "power_scales", "scales")
 
     def __init__(self, scales: list[float], power_scales: list[float]) -> None:
         self.scales = scales
         self.power_scales = power_scales
         self.level = 0
+        self.max_level = len(scales) - 1
 
-    @property
-    def max_level(self) -> int:
-        return len(self.scales) - 1
+
+class GovernorSlot:
+    """One governor, the node it reads and the units it governs (and those it does not)."""
+
+    __slots__ = ("gov", "node", "others", "units")
+
+    def __init__(self, gov: Governor, node: str, units: list[int], n_units: int) -> None:
+        self.gov = gov
+        self.node = node
+        self.units = units
+        self.others = [u for u in range(n_units) if u not in units]
 
 
 class DeviceNetwork:
@@ -53,11 +62,11 @@ class DeviceNetwork:
             else:
                 self.clocks.append(UnitClock([lv.scale for lv in dev.levels],
                                              [lv.power_scale for lv in dev.levels]))
-        self.govs: list[tuple[Governor, str, list[int]]] = []
+        self.govs: list[GovernorSlot] = []
         for g in cfg.governors:
             units = [names.index(u) for u in g.units]
             top = max(self.clocks[u].max_level for u in units)
-            self.govs.append((make_governor(g, top), g.node.value, units))
+            self.govs.append(GovernorSlot(make_governor(g, top), g.node.value, units, len(names)))
         self.migrators = [Migrator(m) for m in cfg.migrations]
         self.migrations: list[MigrationRecord] = []
         self._migrations_taken = 0  # how many of them went into the trace so far
@@ -65,6 +74,13 @@ class DeviceNetwork:
         self._nominal_j = [0.0] * len(names)  # each unit's dynamic energy at full clock
         self._poll_last_t = dev.loop.now
         self._poll_last_j = [0.0] * len(names)
+        # scratch of the poll, reused: per-unit demand (W at full clock) and the levels asked for
+        self._demand = [0.0] * len(names)
+        self._want = [0] * len(names)
+        # what :meth:`_power_at` evaluates: the governed units and the others' power
+        self._pa_units: list[int] = []
+        self._pa_others_w = 0.0
+        self._power_at_fn = self._power_at  # bound once: no closure per poll
         dev.thermal.temp_c = self.net.junction_c
         dev.power_w = self.power_w()
         dev.loop.after(cfg.poll_s, self._on_poll)
@@ -89,10 +105,13 @@ class DeviceNetwork:
         d = self.dev
         p = d.power_w
         d.energy_j += p * dt
-        if any(c.level for c in self.clocks):
-            d.throttled_s += dt
-        for u in range(len(self.clocks)):
-            self._nominal_j[u] += self._busy_w(u) * dt
+        for c in self.clocks:
+            if c.level:
+                d.throttled_s += dt
+                break
+        nominal = self._nominal_j
+        for u in range(len(nominal)):
+            nominal[u] += self._busy_w(u) * dt
         self._t_last = now
         d._t_last = now
         self.net.advance(now, p)
@@ -104,31 +123,54 @@ class DeviceNetwork:
         self.dev.power_w = self.power_w()
 
     # ---- governors ----------------------------------------------------------------------
+    def _power_at(self, lv: int) -> float:
+        """The governed units' power at clock level ``lv`` plus the others' (see :meth:`_on_poll`)."""
+        s = 0.0
+        demand = self._demand
+        clocks = self.clocks
+        for u in self._pa_units:
+            c = clocks[u]
+            s += demand[u] * c.power_scales[lv if lv < c.max_level else c.max_level]
+        return self._pa_others_w + s
+
     def _on_poll(self, arg: Any) -> None:
         d = self.dev
         now = d.loop.now
         self.integrate(now)
         dt = now - self._poll_last_t
         self._poll_last_t = now
-        demand = [(j - j0) / dt if dt > 0 else 0.0
-                  for j, j0 in zip(self._nominal_j, self._poll_last_j, strict=True)]
-        self._poll_last_j = list(self._nominal_j)
-        want = [0] * len(self.clocks)
-        for gov, node, units in self.govs:
-            others = d.static_w + sum(demand[u] * c.power_scales[c.level]
-                                      for u, c in enumerate(self.clocks) if u not in units)
-
-            def power_at(lv: int, units: list[int] = units, others: float = others) -> float:
-                return others + sum(demand[u] * self.clocks[u].power_scales[
-                    min(lv, self.clocks[u].max_level)] for u in units)
-
-            lv = gov.update(self.net.temp_c(node), dt, power_at)
-            for u in units:
-                want[u] = max(want[u], min(lv, self.clocks[u].max_level))
-        changed = want != [c.level for c in self.clocks]
-        if changed:
-            for c, lv in zip(self.clocks, want, strict=True):
-                c.level = lv
+        clocks = self.clocks
+        n = len(clocks)
+        demand = self._demand
+        nominal = self._nominal_j
+        last = self._poll_last_j
+        want = self._want
+        for u in range(n):
+            j = nominal[u]
+            demand[u] = (j - last[u]) / dt if dt > 0 else 0.0
+            last[u] = j
+            want[u] = 0
+        net = self.net
+        for slot in self.govs:
+            s = 0.0
+            for u in slot.others:
+                c = clocks[u]
+                s += demand[u] * c.power_scales[c.level]
+            self._pa_units = slot.units
+            self._pa_others_w = d.static_w + s
+            temp = net.junction_c if slot.node == "junction" else net.skin_c
+            lv = slot.gov.update(temp, dt, self._power_at_fn)
+            for u in slot.units:
+                top = clocks[u].max_level
+                w = lv if lv < top else top
+                if w > want[u]:
+                    want[u] = w
+        changed = False
+        for u in range(n):
+            c = clocks[u]
+            if c.level != want[u]:
+                c.level = want[u]
+                changed = True
         if self.migrators and self._migrate(now):
             changed = True
         if changed:

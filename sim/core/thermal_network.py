@@ -26,6 +26,15 @@ class TwoNodeNetwork:
     """Junction and skin temperatures under piecewise-constant power."""
 
     __slots__ = (
+        "_dt",
+        "_e0",
+        "_e1",
+        "_e2",
+        "_e3",
+        "_l1",
+        "_l2",
+        "_m1",
+        "_m2",
         "ambient_c",
         "c_j",
         "c_s",
@@ -75,6 +84,14 @@ class TwoNodeNetwork:
         gdet = g11 * g22 - self.g_js * self.g_js
         self.ss_j_per_w = g22 / gdet
         self.ss_s_per_w = self.g_js / gdet
+        # the same as plain floats for :meth:`at`, and the propagator of the last step (the
+        # governors' poll interval repeats, so does its step)
+        self._l1 = l1
+        self._l2 = l2
+        self._m1 = self.m1
+        self._m2 = self.m2
+        self._dt = -1.0
+        self._e0 = self._e1 = self._e2 = self._e3 = 0.0
 
     @property
     def tau_s(self) -> tuple[float, float]:
@@ -100,16 +117,27 @@ class TwoNodeNetwork:
             return self.junction_c, self.skin_c
         sj = self.ambient_c + power_w * self.ss_j_per_w
         ss = self.ambient_c + power_w * self.ss_s_per_w
-        e = self.propagator(dt_s)
+        if dt_s != self._dt:  # :meth:`propagator`, in plain floats and kept for the next step
+            e1 = math.exp(self._l1 * dt_s)
+            e2 = math.exp(self._l2 * dt_s)
+            m1 = self._m1
+            m2 = self._m2
+            self._e0 = e1 * m1[0] + e2 * m2[0]
+            self._e1 = e1 * m1[1] + e2 * m2[1]
+            self._e2 = e1 * m1[2] + e2 * m2[2]
+            self._e3 = e1 * m1[3] + e2 * m2[3]
+            self._dt = dt_s
         xj = self.junction_c - sj
         xs = self.skin_c - ss
-        return sj + e[0] * xj + e[1] * xs, ss + e[2] * xj + e[3] * xs
+        return sj + self._e0 * xj + self._e1 * xs, ss + self._e2 * xj + self._e3 * xs
 
     def advance(self, t_s: float, power_w: float) -> tuple[float, float]:
         """Move to time ``t_s`` having dissipated ``power_w`` since the last call."""
         dt = t_s - self.t_s
         if dt > 0.0:
-            self.junction_c, self.skin_c = self.at(dt, power_w)
+            j, sk = self.at(dt, power_w)
+            self.junction_c = j
+            self.skin_c = sk
             self.t_s = t_s
         return self.junction_c, self.skin_c
 
