@@ -29,6 +29,7 @@ from edgeserve.gateway.config import SMALL, Place
 from edgeserve.gateway.downgrade import downscale_images
 from edgeserve.gateway.live_job import build_job, request_text
 from edgeserve.gateway.pii import mask
+from edgeserve.gateway.question_guard import Question
 from edgeserve.gateway.semantic_cache import Hit, context_key
 from edgeserve.gateway.state import GatewayState
 from edgeserve.gateway.targets import Target
@@ -138,7 +139,7 @@ def decide(state: GatewayState, job: Job) -> Decision:
 
 async def forward(state: GatewayState, request: web.Request, req: ChatRequest,
                   doc: dict[str, Any], decision: Decision, job: Job,
-                  key: tuple[str, np.ndarray] | None) -> web.StreamResponse:
+                  key: tuple[str, np.ndarray, Question] | None) -> web.StreamResponse:
     """Try the plan's targets in order until one answers; record the outcome."""
     rec, m = job.rec, state.metrics
     size = SMALL if decision.model is not None else None
@@ -172,7 +173,8 @@ async def forward(state: GatewayState, request: web.Request, req: ChatRequest,
         _fill(rec, target, res)
         if rec.outcome is Outcome.OK:
             if key is not None and state.cache is not None and res.body and _no_pii(res.body):
-                state.cache.store(*key, res.body)
+                context, vector, question = key
+                state.cache.store(context, vector, res.body, question)
             latency = res.finished_s - t0
             if target.place is Place.LOCAL:
                 state.device.observe_local(target, job, latency, queue_seen)
@@ -201,8 +203,9 @@ def _fill(rec: RequestRecord, target: Target, res: Relayed) -> None:
         rec.outcome, rec.error = Outcome.FAILED, res.error or f"HTTP {res.status}"
 
 
-def cache_key(state: GatewayState, req: ChatRequest) -> tuple[str, np.ndarray] | None:
-    """(context, embedding) of a request the cache may answer or keep: not streamed, and with no
+def cache_key(state: GatewayState, req: ChatRequest
+              ) -> tuple[str, np.ndarray, Question] | None:
+    """(context, embedding, question) of a request the cache may answer or keep: not streamed, and with no
     personal data in its text (a masked text would match another person's question)."""
     if state.cache is None or state.embedder is None or req.stream:
         return None
@@ -210,7 +213,7 @@ def cache_key(state: GatewayState, req: ChatRequest) -> tuple[str, np.ndarray] |
     if mask(text) != text:
         return None
     context = context_key(req.model or "", str(req.output_limit), *image_urls(req))
-    return context, state.embedder.embed(text)
+    return context, state.embedder.embed(text), Question.of(text)
 
 
 def _no_pii(body: bytes) -> bool:

@@ -85,7 +85,7 @@ class GatewayConfig:
     cloud_uplink_mbps: float = 20.0  # the link estimate's starting point, before measurements
     cache_capacity: int = 0  # semantic cache entries; 0: no cache
     cache_ttl_s: float = 300.0
-    cache_threshold: float = 0.95  # cosine similarity of the texts for a hit
+    cache_threshold: float = 0.945  # chosen by benchmarks/gateway_cache_threshold.py
 
     def __post_init__(self) -> None:
         if not self.targets:
