@@ -22,8 +22,12 @@ def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
         "(the same Policy.decide as `edgeserve sim`) live: each request goes to a local "
         "edgeserve server or a cloud endpoint (falling back to the next when one fails), is "
         "answered from the semantic cache, or is dropped, possibly with a smaller image or model; "
-        "every decision is written to the trace. POST /admin/policy {\"policy\": NAME} switches "
-        "the policy for the next request. See docs/gateway.md.",
+        "every decision is written to the trace. For each request, in this order: the semantic "
+        "cache (--cache-capacity) may answer it; else the config file's routes (example "
+        "utterances per route) pick a place and model when the request's text is near enough "
+        "to a route's example (route_threshold, 0.8); else the policy decides. "
+        "POST /admin/policy {\"policy\": NAME} switches the policy for the next request. "
+        "See docs/gateway.md.",
     )
     p.add_argument("--config", metavar="FILE", help="YAML/JSON gateway config (targets with "
                    "models and api_key_env, policy with params, limits); flags win over it")
