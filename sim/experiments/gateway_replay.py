@@ -87,10 +87,11 @@ def replay_scenario(trace: str | Path, header: TraceHeader, requests: int,
                      "trace_device": GATEWAY_DEVICE}}
     if "link" in base_dev:
         device["link"] = base_dev["link"]
+    params = meta.get("policy_params")
     raw = {k: v for k, v in base_raw.items() if k not in ("devices", "duration_s", "requests")}
     raw.update(name=f"replay of {Path(trace).name}", devices=[device], requests=requests,
                duration_s=None, policy={"kind": str(meta.get("policy") or "always_local"),
-                                        "params": dict(meta.get("policy_params") or {})})  # type: ignore[call-overload]
+                                        "params": dict(params) if isinstance(params, dict) else {}})
     return raw
 
 
