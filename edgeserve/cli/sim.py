@@ -60,6 +60,11 @@ def add_parser(subparsers: Any, help_: str) -> None:
                      help="write per-request records here (default: OUT/trace.jsonl with --out)")
     run.add_argument("--json", action="store_true", help="print the summary as JSON")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument("--replay-gateway", metavar="TRACE", type=Path,
+                     help="simulate a trace of `edgeserve gateway --trace`: its arrivals, image "
+                     "sizes and token counts on its device profile under its policy (the "
+                     "scenario gives the link and cloud); prints offload share and TTFT/E2E "
+                     "p50/p99 live beside simulated")
     run.set_defaults(func=_run)
 
     cmp_ = sub.add_parser("compare", help="several policies on the same workload and seeds")
@@ -161,6 +166,12 @@ def _run(args: argparse.Namespace) -> int:
     from sim.experiments.runner import RunSpec, run_spec
     from sim.scenario.config import load_raw
 
+    if args.replay_gateway is not None:
+        from sim.experiments.gateway_replay import format_replay, replay
+
+        print(format_replay(*replay(args.replay_gateway, args.scenario, _overrides(args),
+                                    args.seed)))
+        return 0
     raw, _ = load_raw(args.scenario)
     trace = args.trace
     if trace is None and args.out is not None:

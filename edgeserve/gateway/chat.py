@@ -14,6 +14,9 @@
 
 With a semantic cache (``--cache-capacity``), a non-streamed request whose text has no personal
 data is first looked up there (:mod:`.semantic_cache`); a hit answers at once, before the policy.
+With routes in the config (:mod:`.router`), the best route by similarity to its examples decides
+the place and model next; the policy decides only when no route matches. The request's text is
+embedded once for both: cache → route → policy.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from edgeserve.gateway.config import SMALL, Place
 from edgeserve.gateway.downgrade import downscale_images
 from edgeserve.gateway.live_job import build_job, request_text
 from edgeserve.gateway.pii import mask
+from edgeserve.gateway.question_guard import Question
 from edgeserve.gateway.semantic_cache import Hit, context_key
 from edgeserve.gateway.state import GatewayState
 from edgeserve.gateway.targets import Target
@@ -79,12 +83,13 @@ async def handle_chat(state: GatewayState, request: web.Request) -> web.StreamRe
         _record(state, rec)
         return error(400, str(e), "invalid_request_error")
     job = build_job(req, rec, state.device)
-    key = cache_key(state, req)
+    vector = state.embedder.embed(request_text(req)) if state.embedder is not None else None
+    key = cache_key(state, req, vector)
     if key is not None and state.cache is not None:
         hit = state.cache.lookup(*key)
         if hit is not None:
             return _answer_from_cache(state, rec, hit)
-    decision = decide(state, job)
+    decision = decide(state, job, vector)
     if decision.placement is Placement.DROP:
         return _finish_drop(state, rec, decision.reason)
     doc = json.loads(body)
@@ -116,10 +121,13 @@ def deadline_s(header: str | None, arrived_s: float) -> float | None:
                          ) from None
 
 
-def decide(state: GatewayState, job: Job) -> Decision:
-    """The policy's decision, with what it saw written into the job's record."""
+def decide(state: GatewayState, job: Job, vector: np.ndarray | None = None) -> Decision:
+    """The matching route's decision, else the policy's, with what it saw written into the job's
+    record."""
     device, rec = state.device, job.rec
-    decision = state.policy.decide(job, device)  # type: ignore[arg-type]
+    match = state.router.match(vector) if state.router is not None and vector is not None else None
+    decision = (match.decision if match is not None
+                else state.policy.decide(job, device))  # type: ignore[arg-type]
     reading = device.sensors.reading
     rec.decision_reason = decision.reason
     rec.decision_temp_c = round(reading.temp_c, 3)
@@ -141,7 +149,7 @@ def decide(state: GatewayState, job: Job) -> Decision:
 
 async def forward(state: GatewayState, request: web.Request, req: ChatRequest,
                   doc: dict[str, Any], decision: Decision, job: Job,
-                  key: tuple[str, np.ndarray] | None) -> web.StreamResponse:
+                  key: tuple[str, np.ndarray, Question] | None) -> web.StreamResponse:
     """Try the plan's targets in order until one answers; record the outcome."""
     rec, m = job.rec, state.metrics
     size = SMALL if decision.model is not None else None
@@ -175,7 +183,8 @@ async def forward(state: GatewayState, request: web.Request, req: ChatRequest,
         _fill(rec, target, res)
         if rec.outcome is Outcome.OK:
             if key is not None and state.cache is not None and res.body and _no_pii(res.body):
-                state.cache.store(*key, res.body)
+                context, vector, question = key
+                state.cache.store(context, vector, res.body, question)
             latency = res.finished_s - t0
             if target.place is Place.LOCAL:
                 state.device.observe_local(target, job, latency, queue_seen)
@@ -204,16 +213,17 @@ def _fill(rec: RequestRecord, target: Target, res: Relayed) -> None:
         rec.outcome, rec.error = Outcome.FAILED, res.error or f"HTTP {res.status}"
 
 
-def cache_key(state: GatewayState, req: ChatRequest) -> tuple[str, np.ndarray] | None:
-    """(context, embedding) of a request the cache may answer or keep: not streamed, and with no
+def cache_key(state: GatewayState, req: ChatRequest, vector: np.ndarray | None
+              ) -> tuple[str, np.ndarray, Question] | None:
+    """(context, embedding, question) of a request the cache may answer or keep: not streamed, and with no
     personal data in its text (a masked text would match another person's question)."""
-    if state.cache is None or state.embedder is None or req.stream:
+    if state.cache is None or vector is None or req.stream:
         return None
     text = request_text(req)
     if mask(text) != text:
         return None
     context = context_key(req.model or "", str(req.output_limit), *image_urls(req))
-    return context, state.embedder.embed(text)
+    return context, vector, Question.of(text)
 
 
 def _no_pii(body: bytes) -> bool:

@@ -16,6 +16,7 @@ from edgeserve.gateway.embedder import Embedder
 from edgeserve.gateway.live_device import LiveDevice
 from edgeserve.gateway.metrics import GatewayMetrics
 from edgeserve.gateway.pii import mask_record
+from edgeserve.gateway.router import Router
 from edgeserve.gateway.semantic_cache import SemanticCache
 from edgeserve.gateway.sensors import Sensors
 from edgeserve.gateway.targets import Target
@@ -39,6 +40,7 @@ class GatewayState:
     header: records.TraceHeader
     cache: SemanticCache | None = None
     embedder: Embedder | None = None
+    router: Router | None = None
     session: aiohttp.ClientSession | None = None
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     seq: int = 0
@@ -85,11 +87,16 @@ def build_state(cfg: GatewayConfig) -> GatewayState:
                            "models": t.models} for t in cfg.targets],
               "profile": cfg.profile, "sensors": sensors.describe()})
     trace = records.TraceWriter(cfg.trace, header) if cfg.trace else None
-    cache = embedder = None
+    cache = embedder = router = None
+    if cfg.cache_capacity or cfg.routes:
+        embedder = Embedder()  # one embedding per request, for the cache and the routes
     if cfg.cache_capacity:
-        embedder = Embedder()
+        assert embedder is not None
         cache = SemanticCache(cfg.cache_capacity, embedder.dim, cfg.cache_ttl_s,
                               cfg.cache_threshold)
+    if cfg.routes:
+        assert embedder is not None
+        router = Router(cfg.routes, embedder, cfg.route_threshold)
     return GatewayState(cfg, targets, device, make_policy(cfg.policy), cfg.policy.kind,
                         RateLimiter(cfg.rate_limit_per_s, cfg.rate_burst), GatewayMetrics(), trace,
-                        header, cache, embedder)
+                        header, cache, embedder, router)

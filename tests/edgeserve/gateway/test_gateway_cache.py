@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import urllib.request
 from pathlib import Path
 
@@ -102,3 +103,65 @@ def test_a_question_asked_again_is_answered_from_the_cache(tmp_path: Path,
         assert status == 200 and headers["X-Edgeserve-Placement"] == "local:local0"
     assert served(loc) == 4
     assert context_key("a", "b") != context_key("ab", "")
+
+
+PAIRS = Path(__file__).resolve().parents[2] / "data" / "gateway_cache_pairs.jsonl"
+
+
+def test_the_exact_check_tells_numbers_negations_and_order_apart() -> None:
+    from edgeserve.gateway.question_guard import Question, same_question
+
+    def same(a: str, b: str) -> bool:
+        return same_question(Question.of(a), Question.of(b))
+
+    assert same("What is in this picture?", "what is in the picture")
+    assert same("What text is written on the sign?", "What is the text written on the sign?")
+    assert not same("Should I take 200 mg of ibuprofen?", "Should I take 800 mg of ibuprofen?")
+    assert not same("Solve 2x + 3 = 11.", "Solve 2x - 3 = 11.")
+    assert not same("Is the person smiling?", "Is the person not smiling?")
+    assert not same("Isn't it raining?", "Is it raining?")
+    assert not same("Convert 10 miles to kilometres.", "Convert 10 kilometres to miles.")
+
+
+@needs_wordllama
+def test_the_default_threshold_keeps_false_hits_on_near_misses_at_most_one_percent() -> None:
+    from edgeserve.gateway.config import GatewayConfig
+    from edgeserve.gateway.embedder import Embedder
+    from edgeserve.gateway.question_guard import Question
+
+    threshold = GatewayConfig.__dataclass_fields__["cache_threshold"].default
+    e = Embedder()
+    pairs = [json.loads(line) for line in PAIRS.read_text().splitlines()]
+    hits: dict[str, list[bool]] = {"paraphrase": [], "near_miss": []}
+    for p in pairs:  # each pair through a real cache: the first question stored, the second asked
+        cache = SemanticCache(4, e.dim, ttl_s=60, threshold=threshold)
+        a, b = f"user: {p['a']}", f"user: {p['b']}"
+        cache.store("ctx", e.embed(a), b"answer", Question.of(a))
+        hits[p["kind"]].append(cache.lookup("ctx", e.embed(b), Question.of(b)) is not None)
+    assert len(pairs) >= 200 and len(hits["near_miss"]) >= 100 and len(hits["paraphrase"]) >= 100
+    assert sum(hits["near_miss"]) <= 0.01 * len(hits["near_miss"])
+    assert sum(hits["paraphrase"]) >= 0.5 * len(hits["paraphrase"])  # the benchmark's 55 %
+    assert {p["topic"] for p in pairs} >= {"image", "math", "tech", "geo"}
+
+
+@needs_wordllama
+def test_with_the_default_threshold_a_paraphrase_hits_and_near_misses_do_not(
+        tmp_path: Path, procs: list[Proc]) -> None:
+    procs.append(loc := upstream(tmp_path, "loc"))
+    procs.append(gw := gateway(tmp_path, "--local", loc.url, "--cache-capacity", "16"))
+    img = png_data_url(64, 48)
+    assert chat(gw, chat_body("How many people are in the picture?", image=img))[0] == 200
+    assert chat(gw, chat_body("How many people are in this picture?", image=img)
+                )[1]["X-Edgeserve-Placement"] == "cache"
+    for other in ("How many dogs are in the picture?",       # another entity
+                  "Translate the sign into German.",         # another question
+                  "How many people are not in the picture?"):  # a negation
+        status, headers, _ = chat(gw, chat_body(other, image=img))
+        assert status == 200 and headers["X-Edgeserve-Placement"] == "local:local0", other
+    assert served(loc) == 4
+    assert chat(gw, chat_body("Should I take 200 mg of ibuprofen?"))[0] == 200
+    assert chat(gw, chat_body("Should I take 800 mg of ibuprofen?")
+                )[1]["X-Edgeserve-Placement"] == "local:local0"
+    assert served(loc) == 6
+    reasons = [r["decision_reason"] for r in trace_records(tmp_path)]
+    assert sum(r.startswith("semantic cache hit") for r in reasons) == 1

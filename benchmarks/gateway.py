@@ -1,0 +1,109 @@
+"""One arrival trace served live through ``edgeserve gateway`` and simulated from the gateway's
+own trace (``edgeserve sim run --replay-gateway``), per policy.
+
+Poisson arrivals (``--rate-hz``, ``--requests``, fixed seed) of photos in a mix of sizes, each
+with a short question, are sent on schedule (concurrently) to a gateway in front of two
+``edgeserve serve`` processes with the tiny model: one is the device, the other stands for the
+cloud. The gateway runs with the Jetson profile and its virtual sensors. For each policy the same
+arrivals are sent, the gateway's trace is replayed in the simulator, and offload share and
+TTFT/E2E p50/p99 are printed live beside simulated. ``--fake`` uses the test suite's fake
+upstreams instead of real servers (seconds instead of minutes).
+
+    flock /tmp/engine.lock python benchmarks/gateway.py [--requests 40] [--rate-hz 2] [--fake]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "edgeserve" / "gateway"))
+from conftest import Proc, chat, chat_body, gateway, png_data_url, upstream
+
+from edgeserve.bench.server_process import ServerProcess
+from sim.experiments.gateway_replay import format_replay, replay
+
+SIZES = [(640, 480), (1280, 720), (320, 240)]
+
+
+def schedule(n: int, rate_hz: float, seed: int) -> list[tuple[float, int, int]]:
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for _ in range(n):
+        t += rng.expovariate(rate_hz)
+        w, h = rng.choice(SIZES)
+        out.append((t, w, h))
+    return out
+
+
+def send_all(gw: Proc, arrivals: list[tuple[float, int, int]]) -> list[int]:
+    images = {(w, h): png_data_url(w, h) for _, w, h in arrivals}
+    statuses: list[int] = [0] * len(arrivals)
+    t0 = time.monotonic()
+
+    def one(i: int, t: float, w: int, h: int) -> None:
+        time.sleep(max(0.0, t0 + t - time.monotonic()))
+        statuses[i] = chat(gw, chat_body(f"What is in picture {i}?", image=images[(w, h)],
+                                         max_tokens=16))[0]
+
+    threads = [threading.Thread(target=one, args=(i, *a)) for i, a in enumerate(arrivals)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return statuses
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=40)
+    ap.add_argument("--rate-hz", type=float, default=2.0)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--policies", default="predicted_latency,thermal_aware")
+    ap.add_argument("--fake", action="store_true", help="fake upstreams, not edgeserve servers")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp())
+    arrivals = schedule(args.requests, args.rate_hz, args.seed)
+    stops = []
+    if args.fake:
+        dev, cloud = upstream(tmp, "dev", "--delay-s", "0.2"), upstream(tmp, "cloud")
+        stops = [dev.stop, cloud.stop]
+        urls = dev.url, cloud.url
+    else:
+        from models.tiny_qwen2_vl import DEFAULT_DIR, build
+
+        model = build(DEFAULT_DIR)
+        serve = ["--model", str(model), "--workers", "1", "--max-model-len", "4096",
+                 "--max-num-seqs", "4"]
+        servers = []
+        for name in ("dev", "cloud"):  # one at a time: they share the CPU
+            servers.append(ServerProcess.edgeserve(serve, tmp / f"{name}.log").start().ready())
+        stops = [s.stop for s in servers]
+        urls = servers[0].url, servers[1].url
+    try:
+        for policy in args.policies.split(","):
+            trace = tmp / "gateway.jsonl"
+            trace.unlink(missing_ok=True)
+            gw = gateway(tmp, "--local", f"dev={urls[0]}", "--cloud", f"c={urls[1]}",
+                         "--policy", policy, "--profile", "jetson-orin-nano",
+                         "--sensors", "virtual")
+            try:
+                chat(gw, chat_body("warm up"))  # the first request's estimates start cold
+                statuses = send_all(gw, arrivals)
+            finally:
+                gw.stop()
+            print(f"{policy}: {statuses.count(200)}/{len(statuses)} answered 200")
+            print(format_replay(*replay(trace)))
+            print()
+    finally:
+        for stop in stops:
+            stop()
+
+
+if __name__ == "__main__":
+    main()
