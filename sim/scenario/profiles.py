@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from sim.scenario.fitted_range import FittedRange
 from sim.scenario.schema import fraction, non_negative, positive, require
+from sim.scenario.uncertainty import ProfileUncertainty
 
 #: Request features a service-time model may depend on (linear coefficients in ``per``).
 FEATURES = (
@@ -367,6 +368,8 @@ class DeviceProfile:
     # the sizes a calibrated profile was fitted on (``edgeserve calibrate`` writes it; None:
     # not calibrated, or calibrated before it was recorded)
     fitted_range: FittedRange | None = None
+    # how sure the calibration is (``edgeserve calibrate`` writes it; None: not recorded)
+    uncertainty: ProfileUncertainty | None = None
 
     def __post_init__(self) -> None:
         non_negative(self.base_w, "base_w")
