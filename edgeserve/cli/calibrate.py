@@ -18,7 +18,11 @@ simulated TTFT, TPOT, ITL and E2E (mean, p50, p90, p99), throughput, per-stage m
 fraction with relative errors, each measured latency figure beside its own 95 % interval (a block
 bootstrap over 10 s of arrivals: could another run of the same load have shown the simulated
 figure?) (``--pool``: the traces as repeated runs of one kind, compared as one); with ``--out-dir`` it writes the table as JSON and the
-measured-vs-simulated CDFs as PNG (see :mod:`sim.fit.validate`).
+measured-vs-simulated CDFs as PNG (see :mod:`sim.fit.validate`). A profile with an ``uncertainty``
+section (what calibrate writes: each coefficient's 90 % interval, the spread of servers' levels)
+also gets a 90 % prediction interval beside each simulated latency figure, from ``--draws``
+profiles drawn from it (:mod:`sim.fit.prediction`); ``--json FILE`` writes the figures and their
+intervals.
 """
 
 from __future__ import annotations
@@ -45,6 +49,15 @@ def add_parser(subparsers: Any, help_: str) -> None:
     p.add_argument("--pool", action="store_true",
                    help="validate: the HELDOUT traces are repeated runs of one kind; compare them "
                         "as one, pooling their measured requests and their replays")
+    p.add_argument("--draws", type=int, default=None, metavar="N",
+                   help="validate: draw N profiles from the profile's uncertainty section (its "
+                        "coefficients' intervals and the spread of servers' levels) and give each "
+                        "latency figure a 90 %% prediction interval beside the point estimate "
+                        "(default: 20 when the profile has the section, else none; 0: none)")
+    p.add_argument("--json", dest="json_out", type=Path, metavar="FILE",
+                   help="validate: write {\"ttft_p50\": {\"measured\", \"simulated\", "
+                        "\"interval\"}, …} in seconds (several traces without --pool: one such "
+                        "mapping per trace)")
     p.add_argument("--base", help="profile to start from (shipped name or YAML path)")
     p.add_argument("--name", help="profile name (default: the --out file's stem)")
     p.set_defaults(func=run)
@@ -52,7 +65,8 @@ def add_parser(subparsers: Any, help_: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.traces and str(args.traces[0]) == "validate":
-        return run_validate(args.traces[1:], args.out_dir, max(1, args.seeds), pool=args.pool)
+        return run_validate(args.traces[1:], args.out_dir, max(1, args.seeds), pool=args.pool,
+                            draws=args.draws, json_out=args.json_out)
     if args.out is None:
         print("edgeserve calibrate: --out PROFILE.yaml is required", file=sys.stderr)
         return 2
@@ -89,12 +103,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_validate(paths: list[Path], out_dir: Path | None, seeds: int = 5,
-                 pool: bool = False) -> int:
+                 pool: bool = False, draws: int | None = None,
+                 json_out: Path | None = None) -> int:
     import json
 
     from edgeserve.records import TraceError
     from sim.experiments.plots import validation_cdfs
-    from sim.fit.validate import validate, validate_runs
+    from sim.fit.prediction import DRAWS, has_uncertainty
+    from sim.fit.validate import prediction_intervals, validate, validate_runs
     from sim.scenario.config import resolve_profile_path
     from sim.scenario.schema import ConfigError, load_yaml
 
@@ -109,16 +125,30 @@ def run_validate(paths: list[Path], out_dir: Path | None, seeds: int = 5,
         for t in traces:
             if not t.exists():
                 raise ConfigError(f"{t}: no such trace file")
+        n_draws = (DRAWS if has_uncertainty(profile) else 0) if draws is None else max(0, draws)
+        if n_draws:
+            print(f"prediction intervals: {n_draws} profiles drawn from {profile_ref}'s "
+                  "uncertainty, each replayed with its own seed", file=sys.stderr)
         if pool:
             results.append(validate_runs(profile, traces, profile_name=profile_ref, seeds=seeds))
+            if n_draws:
+                results[-1].prediction = prediction_intervals(profile, traces, draws=n_draws)
             print(results[-1].format())
         for t in traces if not pool else []:
             v, _ = validate(profile, t, profile_name=profile_ref, seeds=seeds)
+            if n_draws:
+                v.prediction = prediction_intervals(profile, [t], draws=n_draws)
             print(v.format())
             results.append(v)
     except (ConfigError, TraceError, ValueError) as e:
         print(f"edgeserve calibrate validate: {e}", file=sys.stderr)
         return 2
+    if json_out is not None:
+        doc = (results[0].figures_json() if len(results) == 1
+               else {v.trace: v.figures_json() for v in results})
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(doc, indent=1))
+        print(f"wrote {json_out}")
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "validation.json").write_text(

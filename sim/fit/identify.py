@@ -146,10 +146,25 @@ def identify_contention(cal: Calibration, steps: list[EngineStep], kv: KVCache,
 def identify_stage(cal: Calibration, stage: str, *, seed: int = 0) -> ModelUncertainty:
     """:func:`identify_step` for a request-level stage fit (rows: requests, blocked by their
     arrival): terms the requests do not identify are dropped and the stage refitted without
-    them (one image size cannot tell a per-pixel cost from a fixed one: the stage becomes that
-    size's mean time)."""
+    them. Where every request had one size, a fixed cost and a per-pixel one cannot be told
+    apart: the stage keeps its first term through zero (that size's mean time per unit)."""
     s, fit = cal.samples[stage], cal.fits[stage]
     dropped: dict[str, str] = {}
+    live = [k for k in s.names if k in fit.per]
+    if live and all(np.ptp(s.x[:, s.names.index(k)]) == 0 for k in live):
+        # one size only: a fixed cost and a per-unit one predict alike here; the per-unit reading
+        # (through zero) is kept, as the work of decoding or resizing grows with the pixels
+        keep, j = live[0], s.names.index(live[0])
+        for k in live[1:]:
+            dropped[k] = f"every row has one size: it cannot be told from {keep}"
+            cal.identification.append(f"{stage} term {k} dropped: {dropped[k]}")
+        x = np.zeros_like(s.x)
+        x[:, j] = s.x[:, j]
+        coef = float(s.y.sum() / x[:, j].sum())
+        ratio = s.y / (coef * x[:, j])
+        fit = StageFit(stage, len(s.y), 0.0, {keep: coef}, float(np.std(ratio)), 0.0, fit.note)
+        cal.fits[stage] = fit
+        s = FitSamples(s.names, x, s.y, s.t_s, s.run, s.weights, intercept=False)
     for _ in range(len(s.names) + 1):
         bad = collinear(s, [k for k in s.names if k in fit.per])
         u = bootstrap_fit(s, fit.base_s, fit.per, seed=seed)
