@@ -176,3 +176,15 @@ def test_the_profile_carries_the_intervals_and_the_level_spread_and_loads(tmp_pa
     assert "between servers" in format_fits(cal)
     old = {k: v for k, v in prof.items() if k != "uncertainty"}
     assert build(DeviceProfile, old, "profile").uncertainty is None
+
+
+def test_a_stage_measured_at_one_size_keeps_a_per_pixel_cost_and_says_why() -> None:
+    data = Path(__file__).parent / "data" / "calib.jsonl"  # every request one image size
+    cal = calibrate_traces(read_traces([data]))
+    fit = cal.fits["image_decode"]
+    assert fit.base_s == 0.0 and list(fit.per) == ["source_pixels"]
+    assert "image_decode term decoded_pixels dropped: every row has one size" in "\n".join(
+        cal.identification)
+    assert cal.uncertainty is not None
+    t = cal.uncertainty.models["image_decode"].terms["source_pixels"]
+    assert t.interval[0] < fit.per["source_pixels"] < t.interval[1]

@@ -103,3 +103,28 @@ def test_validate_json_has_every_figure_with_its_interval(profile: dict, tmp_pat
                        capture_output=True, text=True, check=True)
     assert "prediction" not in r.stdout
     assert json.loads(out.read_text())["e2e_p99"]["interval"] is None
+
+
+def test_sim_run_prints_intervals_beside_the_point_estimate_for_a_calibrated_profile(
+        profile: dict, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    import yaml
+
+    scenario = {"name": "calibrated", "seed": 3, "duration_s": 30, "slo": {"e2e_s": 10.0},
+                "policy": {"kind": "always_local"},
+                "devices": [{"name": "measured", "profile": profile,
+                             "workload": {"kind": "replay", "trace": str(HELDOUT)}}]}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(scenario, sort_keys=False))
+    run = [sys.executable, "-m", "edgeserve", "sim", "run", str(path), "--no-progress"]
+    out = subprocess.run([*run, "--draws", "6"], capture_output=True, text=True, check=True).stdout
+    line = next(x for x in out.splitlines() if x.strip().startswith("e2e p50"))
+    point, lo, hi = (float(v) for v in
+                     line.replace("[", " ").replace("…", " ").replace("ms", " ").split()[2:5])
+    assert "90 % prediction intervals" in out and 0 < lo <= hi
+    assert point == pytest.approx((lo + hi) / 2, rel=0.3)
+    plain = subprocess.run([*run, "--draws", "0"], capture_output=True, text=True,
+                           check=True).stdout
+    assert "prediction" not in plain and out.startswith(plain.splitlines()[0])
