@@ -12,6 +12,13 @@ trace, overriding ``--base``. The profile also records the sizes it was fitted o
 requests outside them, where the profile extrapolates. Power and thermal values come from ``--base`` (a shipped profile
 name or a YAML file), or are placeholders.
 
+``edgeserve calibrate record --out TRACE.jsonl [--url URL] [--budget-s 180]`` drives the server
+through a schedule designed to identify every term the calibrator fits (image sizes across the
+model's pixel budget and the JPEG downscale threshold, batch depths up to max_num_seqs, steps
+beside busy workers and without, idle gaps before fresh shapes, text-only requests; see
+:mod:`edgeserve.bench.calibration_schedule`). Without ``--url`` it starts the default server with
+``--trace TRACE.jsonl``, stops it afterwards and writes the schedule into the trace's header.
+
 ``edgeserve calibrate validate PROFILE HELDOUT... [--pool] [--out-dir DIR]`` replays each held-out trace's
 arrivals and sizes through the profile (one device, every request local) and prints measured vs
 simulated TTFT, TPOT, ITL and E2E (mean, p50, p90, p99), throughput, per-stage means and the stall
@@ -37,7 +44,8 @@ def add_parser(subparsers: Any, help_: str) -> None:
     p = subparsers.add_parser("calibrate", help=help_, description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("traces", nargs="+", type=Path, metavar="TRACE",
-                   help="trace files (JSON Lines); or 'validate PROFILE HELDOUT...'")
+                   help="trace files (JSON Lines); or 'validate PROFILE HELDOUT...'; or 'record' "
+                        "(with --out TRACE)")
     p.add_argument("--out", type=Path, help="profile YAML to write (required unless validate)")
     p.add_argument("--out-dir", type=Path,
                    help="validate: write validation.json and the CDF plots here")
@@ -58,12 +66,22 @@ def add_parser(subparsers: Any, help_: str) -> None:
                    help="validate: write {\"ttft_p50\": {\"measured\", \"simulated\", "
                         "\"interval\"}, …} in seconds (several traces without --pool: one such "
                         "mapping per trace)")
+    p.add_argument("--url", help="record: the server to drive (default: start the default "
+                                 "server with --trace OUT and stop it afterwards)")
+    p.add_argument("--budget-s", type=float, default=180.0, metavar="S",
+                   help="record: about how long the designed run takes (default 180)")
+    p.add_argument("--image-rate", type=float, default=1.0, metavar="RPS",
+                   help="record: image requests per second in the image phases (default 1)")
     p.add_argument("--base", help="profile to start from (shipped name or YAML path)")
     p.add_argument("--name", help="profile name (default: the --out file's stem)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.traces and str(args.traces[0]) == "record":
+        from edgeserve.cli.calibrate_record import run_record
+
+        return run_record(args)
     if args.traces and str(args.traces[0]) == "validate":
         return run_validate(args.traces[1:], args.out_dir, max(1, args.seeds), pool=args.pool,
                             draws=args.draws, json_out=args.json_out)
