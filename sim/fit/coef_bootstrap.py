@@ -84,6 +84,8 @@ def refit(s: FitSamples, counts: np.ndarray) -> np.ndarray:
     w = np.ones(len(s.y)) if s.weights is None else s.weights
     aw, yw = a * w[:, None], s.y * w
     p = aw.shape[1]
+    if p == 0:
+        return np.zeros((len(counts), 0))
     gram = (counts @ (aw[:, :, None] * aw[:, None, :]).reshape(len(yw), p * p)).reshape(-1, p, p)
     rhs = counts @ (aw * yw[:, None])
     # a resample that drew none of a term's rows leaves it unidentified: a ridge far below the

@@ -52,6 +52,19 @@ def unidentified(u: ModelUncertainty) -> dict[str, str]:
     return out
 
 
+def worst(u: ModelUncertainty, bad: dict[str, str]) -> dict[str, str]:
+    """Of the unidentified terms ``bad``, the ones to drop now: every term with too few rows
+    (no other term changes that), else the one term least distinguishable from zero (smallest
+    value / standard error). One at a time, because two terms that move together (image tokens
+    and their square, over a few image sizes) each look unidentified beside the other, while
+    either alone is well measured."""
+    few = {k: why for k, why in bad.items() if u.terms[k].n < MIN_TERM_ROWS}
+    if few or not bad:
+        return few
+    k = min(bad, key=lambda k: u.terms[k].value / u.terms[k].se if u.terms[k].se > 0 else math.inf)
+    return {k: bad[k]}
+
+
 def step_samples(steps: list[EngineStep], fit: StageFit, kv: KVCache, sizes: tuple[int, ...],
                  embeds: bool, run_of: dict[int, int], exclude: frozenset[str]) -> FitSamples:
     """The step model's rows with the final pass's weights (1/fitted, as :func:`fit_steps`)."""
@@ -71,11 +84,11 @@ def identify_step(cal: Calibration, steps: list[EngineStep], kv: KVCache, sizes:
     if cal.step is None:
         return None
     dropped: dict[str, str] = {}
-    for _ in range(len(STEP_FEATURES)):
+    for _ in range(len(STEP_FEATURES) + 1):
         s = step_samples(steps, cal.step, kv, sizes, embeds, run_of, frozenset(dropped))
         bad = collinear(s, [k for k in STEP_FEATURES if k in cal.step.per])
         u = bootstrap_fit(s, cal.step.base_s, cal.step.per, seed=seed)
-        bad = bad or unidentified(u)
+        bad = bad or worst(u, unidentified(u))
         if not bad:
             break
         fit = fit_steps(steps, kv, sizes, embeds, exclude=frozenset(dropped) | frozenset(bad))
@@ -100,7 +113,7 @@ def identify_gap(cal: Calibration, steps: list[EngineStep], features: tuple[str,
     dropped: dict[str, str] = {}
     for _ in range(len(features) + 1):
         u = bootstrap_fit(s, cal.step_gap_s, cal.step_gap_per, seed=seed)
-        bad = unidentified(u)
+        bad = worst(u, unidentified(u))
         if not bad:
             break
         for k, why in bad.items():
@@ -168,7 +181,7 @@ def identify_stage(cal: Calibration, stage: str, *, seed: int = 0) -> ModelUncer
     for _ in range(len(s.names) + 1):
         bad = collinear(s, [k for k in s.names if k in fit.per])
         u = bootstrap_fit(s, fit.base_s, fit.per, seed=seed)
-        bad = bad or unidentified(u)
+        bad = bad or worst(u, unidentified(u))
         if not bad:
             break
         x = s.x.copy()
@@ -180,7 +193,7 @@ def identify_stage(cal: Calibration, stage: str, *, seed: int = 0) -> ModelUncer
         fit = fit_linear(stage, x, s.y, s.names)
         fit.note = note
         cal.fits[stage] = fit
-        s = FitSamples(s.names, x, s.y, s.t_s, s.run, s.weights, s.intercept)
+        s = FitSamples(s.names, x, s.y, s.t_s, s.run, s.weights, intercept=True)
     return ModelUncertainty(u.terms, u.covariance, dropped)
 
 

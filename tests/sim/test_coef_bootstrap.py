@@ -21,13 +21,21 @@ from sim.fit.calibration import Calibration
 from sim.fit.coef_bootstrap import FitSamples, bootstrap_fit
 from sim.fit.fit_format import format_fits
 from sim.fit.host_effects import Intervals, contention
-from sim.fit.identify import identify_contention, identify_step, level_spread, step_samples
+from sim.fit.identify import (
+    identify_contention,
+    identify_step,
+    level_spread,
+    step_samples,
+    unidentified,
+    worst,
+)
 from sim.fit.least_squares import StageFit
 from sim.fit.profile_writer import to_profile
 from sim.fit.step_fit import STEP_FEATURES, fit_steps
 from sim.fit.traces import read_traces
 from sim.scenario.profiles import DeviceProfile
 from sim.scenario.schema import build
+from sim.scenario.uncertainty import ModelUncertainty, TermUncertainty
 from tests.sim.test_calibrate_steps import KV_TOKENS, TRUE, step_log
 
 
@@ -188,3 +196,44 @@ def test_a_stage_measured_at_one_size_keeps_a_per_pixel_cost_and_says_why() -> N
     assert cal.uncertainty is not None
     t = cal.uncertainty.models["image_decode"].terms["source_pixels"]
     assert t.interval[0] < fit.per["source_pixels"] < t.interval[1]
+
+
+def test_image_tokens_are_kept_and_their_unneeded_square_goes_over_three_sizes() -> None:
+    # three image sizes: image tokens and their square are nearly collinear, and the truth has
+    # no square term
+    rng = np.random.default_rng(4)
+    steps, t = [], 0.0
+    for i in range(1500):
+        enc = int(rng.choice([400, 800, 1200])) if i % 5 == 0 else 0
+        prefill = enc + int(rng.integers(20, 600)) if i % 5 in (0, 1) else 0
+        decode = int(rng.integers(0, 9))
+        mean = (TRUE["base_s"] + TRUE["prefill_tokens"] * prefill
+                + TRUE["decode_tokens"] * decode + 3e-4 * enc)
+        d = mean * rng.lognormal(-0.02, 0.2)
+        t += d + 0.01
+        steps.append(EngineStep(t_s=t, duration_s=d, prefill_tokens=prefill,
+                                decode_tokens=decode, encoder_tokens=enc))
+    cal = Calibration(step=fit_steps(steps, KV_TOKENS))
+    u = identify_step(cal, steps, KV_TOKENS, (), False, {})
+    assert u is not None and cal.step is not None
+    assert "encoder_tokens" in cal.step.per
+    assert cal.step.per["encoder_tokens"] == pytest.approx(3e-4, rel=0.15)
+    assert "encoder_tokens_sq" not in cal.step.per
+
+
+def test_unidentified_terms_go_one_at_a_time_the_least_distinguishable_first() -> None:
+    def term(value: float, se: float, n: int = 100) -> TermUncertainty:
+        return TermUncertainty(value, (value - 2 * se, value + 2 * se), se, n)
+
+    # image tokens and their square, each unclear beside the other: only the square goes now,
+    # and the refit decides about the other
+    u = ModelUncertainty({"base_s": term(0.004, 1e-4), "encoder_tokens": term(2e-4, 1.5e-4),
+                          "encoder_tokens_sq": term(1e-7, 1e-7)})
+    bad = unidentified(u)
+    assert set(bad) == {"encoder_tokens", "encoder_tokens_sq"}
+    assert list(worst(u, bad)) == ["encoder_tokens_sq"]
+    # too few rows is final whatever the others do: all such terms go at once
+    u = ModelUncertainty({"base_s": term(0.004, 1e-4), "context_tokens": term(1e-7, 1e-8, n=3),
+                          "prefill_x_context": term(1e-9, 1e-10, n=4),
+                          "encoder_tokens": term(2e-4, 1.5e-4)})
+    assert set(worst(u, unidentified(u))) == {"context_tokens", "prefill_x_context"}

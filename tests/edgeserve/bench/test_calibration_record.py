@@ -25,7 +25,14 @@ from edgeserve.bench.calibration_schedule import (
     design,
     image_ladder,
 )
-from edgeserve.records import EngineStep, Outcome, RequestRecord, TraceHeader, TraceWriter, read_trace
+from edgeserve.records import (
+    EngineStep,
+    Outcome,
+    RequestRecord,
+    TraceHeader,
+    TraceWriter,
+    read_trace,
+)
 from mm_preproc.constants import DRAFT_MIN_RATIO
 from mm_preproc.smart_resize import smart_resize
 
