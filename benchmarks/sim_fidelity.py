@@ -8,12 +8,16 @@ The loop a user runs, end to end, on this machine:
    ``--duration`` seconds by ``edgeserve bench run``: the *calibration* run (``--calib-mix`` at
    ``--calib-load`` of its capacity) and two *held-out* runs with other mixes and rates, one light
    (``--low-mix`` at ``--low-load`` < 0.6) and one near saturation (``--high-mix`` at
-   ``--high-load`` > 0.85).
+   ``--high-load`` > 0.85), and ``--generated`` more drawn from ``--generated-seed`` (other
+   sizes, loads and output lengths: :func:`generated_kinds`).
    A fourth run repeats the calibration run on a fresh server: measured against measured, it
    shows how far the runtime moves between identical runs.
 3. **Calibrate** on the first trace only (:func:`sim.fit.calibrate.calibrate_traces` → profile YAML).
 4. **Validate** on each held-out trace (:func:`sim.fit.validate.validate`): measured vs simulated
-   TTFT/TPOT/ITL/E2E mean, p50, p90, p99, throughput, stages, stall, and CDF plots.
+   TTFT/TPOT/ITL/E2E mean, p50, p90, p99, throughput, stages, stall, and CDF plots; beside each
+   target's error, whether the 90 % prediction interval (``--draws`` profiles drawn from the
+   calibration's uncertainty) holds the measured figure, and that coverage over all held-out
+   targets at the end.
 
 Server and client are pinned with ``taskset`` (``--server-cpus``, ``--client-cpus``); the load
 average is printed before and after. Targets: TTFT and E2E p50 within 5 %, p99 within
@@ -42,10 +46,31 @@ TARGETS = {"ttft p50": 0.05, "e2e p50": 0.05, "ttft p99": 0.10, "e2e p99": 0.10,
            "throughput req/s": 0.03}
 
 
+def generated_kinds(seed: int, n: int) -> dict[str, tuple[str, float, str]]:
+    """``n`` held-out kinds drawn from ``seed``: name → (size mix, load, output length). Two or
+    three sizes each (4:3 or 16:9, 320–4200 px wide, so some fall between the calibration's
+    sizes and some beyond them), a load of 0.3–0.9 of capacity, 8–96 output tokens."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out = {}
+    for k in range(1, n + 1):
+        sizes = []
+        for _ in range(int(rng.integers(2, 4))):
+            w = int(rng.integers(40, 526)) * 8
+            h = round(w * (0.75 if rng.random() < 0.5 else 0.5625))
+            sizes.append(f"{w}x{h}:1")
+        lo = int(rng.integers(8, 65))
+        out[f"gen{k}"] = (",".join(sizes), round(float(rng.uniform(0.3, 0.9)), 2),
+                          f"{lo}-{lo + int(rng.integers(0, 33))}")
+    return out
+
+
 def bench(url: str, *, mix: str, rate: float | None, duration: float, out: Path,
-          cpus: str, concurrency: int | None = None, seed: int = 11) -> dict[str, Any]:
+          cpus: str, concurrency: int | None = None, seed: int = 11,
+          output_len: str = "16") -> dict[str, Any]:
     cmd = ["taskset", "-c", cpus, sys.executable, "-m", "edgeserve", "bench", "run",
-           "--url", url, "--images", mix, "--output-len", "16",
+           "--url", url, "--images", mix, "--output-len", output_len,
            "--no-progress", "--save-result", str(out), "--seed", str(seed)]
     if concurrency is not None:  # closed loop: a fixed count (a duration needs a finite rate)
         cmd += ["--max-concurrency", str(concurrency), "--num-prompts", str(8 * concurrency)]
@@ -72,7 +97,7 @@ def exclusive(lock: Path | None) -> Iterator[None]:
 
 def served_run(name: str, out: Path, args: argparse.Namespace, *, mix: str, rate: float | None,
                concurrency: int | None = None, trace: bool = True,
-               seed: int = 11) -> dict[str, Any]:
+               seed: int = 11, output_len: str = "16") -> dict[str, Any]:
     extra = ["--trace", str(out / f"{name}.jsonl")] if trace else []
     with exclusive(args.lock):
         print(f"  [{name}] load average at start: {os.getloadavg()[0]:.2f}", flush=True)
@@ -80,26 +105,27 @@ def served_run(name: str, out: Path, args: argparse.Namespace, *, mix: str, rate
         try:
             return bench(url, mix=mix, rate=rate, duration=args.duration,
                          out=out / f"{name}-bench.json", cpus=args.client_cpus,
-                         concurrency=concurrency, seed=seed)
+                         concurrency=concurrency, seed=seed, output_len=output_len)
         finally:
             stop_server(server)
 
 
-def record(runs: dict[str, tuple[str, float, int]], out: Path,
+def record(runs: dict[str, tuple[str, float, int, str]], out: Path,
            args: argparse.Namespace) -> tuple[dict[str, float], dict[str, float]]:
-    """Probe each mix's capacity, then record every run's trace under ``out``."""
+    """Probe each (mix, output length)'s capacity, then record every run's trace under ``out``."""
     capacity: dict[str, float] = {}
-    for mix in dict.fromkeys(m for m, _, _ in runs.values()):
+    for mix, olen in dict.fromkeys((m, o) for m, _, _, o in runs.values()):
         r = served_run(f"probe-{len(capacity)}", out, args, mix=mix, rate=None,
-                       concurrency=args.probe_concurrency, trace=False)
-        capacity[mix] = float(r["request_throughput"])
-        print(f"capacity of {mix}: {capacity[mix]:.2f} req/s", flush=True)
+                       concurrency=args.probe_concurrency, trace=False, output_len=olen)
+        capacity[f"{mix} {olen}"] = float(r["request_throughput"])
+        print(f"capacity of {mix}, {olen} tokens: {capacity[f'{mix} {olen}']:.2f} req/s",
+              flush=True)
     offered = {}
-    for name, (mix, load, seed) in runs.items():
-        offered[name] = load * capacity[mix]
-        print(f"run {name}: {mix} at {offered[name]:.2f} req/s ({load:g} × capacity) for "
-              f"{args.duration:g} s, arrivals seed {seed}", flush=True)
-        served_run(name, out, args, mix=mix, rate=offered[name], seed=seed)
+    for name, (mix, load, seed, olen) in runs.items():
+        offered[name] = load * capacity[f"{mix} {olen}"]
+        print(f"run {name}: {mix}, {olen} tokens at {offered[name]:.2f} req/s ({load:g} × "
+              f"capacity) for {args.duration:g} s, arrivals seed {seed}", flush=True)
+        served_run(name, out, args, mix=mix, rate=offered[name], seed=seed, output_len=olen)
 
     (out / "runs.json").write_text(json.dumps({"capacity_rps": capacity, "offered_rps": offered}))
     return capacity, offered
@@ -128,6 +154,13 @@ def main() -> int:
     p.add_argument("--seeds", type=int, default=20,
                    help="simulated replays pooled per trace; also the seeds of the simulator's "
                         "spread of each figure (20: a 95 %% range)")
+    p.add_argument("--generated", type=int, default=2, metavar="N",
+                   help="held-out kinds drawn from --generated-seed besides low and high: other "
+                        "sizes, rates and output lengths (default 2)")
+    p.add_argument("--generated-seed", type=int, default=2026)
+    p.add_argument("--draws", type=int, default=20,
+                   help="profiles drawn from the calibration's uncertainty for each held-out "
+                        "kind's 90 %% prediction intervals (0: none)")
     p.add_argument("--analyse-only", action="store_true",
                    help="skip the runs: calibrate and validate the traces already in --out")
     p.add_argument("--lock", type=Path, default=None,
@@ -142,20 +175,23 @@ def main() -> int:
     # (the floor under any simulator's error); held-out repeats draw other arrivals
     reps = max(1, args.repeats)
     # (interleaved, calib-1, low-1, high-1, calib-2, …, so a drift of the machine spreads over all)
-    runs: dict[str, tuple[str, float, int]] = {}
+    runs: dict[str, tuple[str, float, int, str]] = {}
+    generated = generated_kinds(args.generated_seed, args.generated)
     for i in range(1, max(2, reps) + 1):
-        for kind, mix, load, n in (("calib", args.calib_mix, args.calib_load, max(2, reps)),
-                                   ("low", args.low_mix, args.low_load, reps),
-                                   ("high", args.high_mix, args.high_load, reps)):
+        for kind, mix, load, n, olen in (
+                ("calib", args.calib_mix, args.calib_load, max(2, reps), "16"),
+                ("low", args.low_mix, args.low_load, reps, "16"),
+                ("high", args.high_mix, args.high_load, reps, "16"),
+                *((g, m, ld, reps, o) for g, (m, ld, o) in generated.items())):
             if i <= n:
-                runs[f"{kind}-{i}"] = (mix, load, 11 if kind == "calib" else 10 + i)
+                runs[f"{kind}-{i}"] = (mix, load, 11 if kind == "calib" else 10 + i, olen)
     if args.analyse_only:
         saved = json.loads((out / "runs.json").read_text())
         capacity, offered = saved["capacity_rps"], saved["offered_rps"]
     else:
         capacity, offered = record(runs, out, args)
     groups = {k: [out / f"{n}.jsonl" for n in runs if n.startswith(k + "-")]
-              for k in ("calib", "low", "high")}
+              for k in ("calib", "low", "high", *generated)}
 
     import yaml
 
@@ -170,6 +206,7 @@ def main() -> int:
         Validation,
         interval_text,
         local_records,
+        prediction_intervals,
         spread_text,
         validate_runs,
     )
@@ -179,9 +216,12 @@ def main() -> int:
     profile = to_profile(cal, None, "fidelity-calib", [str(t) for t in groups["calib"]])
     (out / "calib-profile.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
     report: dict[str, Any] = {"capacity_rps": capacity, "offered_rps": offered,
-                              "repeats": reps, "runs": {}}
+                              "repeats": reps, "generated": generated, "runs": {}}
+    held: list[bool] = []  # per held-out latency target: the measured figure inside its interval
     for name, traces in groups.items():
         v = validate_runs(profile, traces, profile_name="fidelity-calib", seeds=args.seeds)
+        if name != "calib" and args.draws:
+            v.prediction = prediction_intervals(profile, traces, draws=args.draws)
         print(("\n(in-sample) " if name == "calib" else "\n(held out) ") + v.format())
         validation_cdfs(v, out / f"cdf_{name}.png")
         rows = {q: (a, b, e) for q, a, b, e in v.rows()}
@@ -198,6 +238,11 @@ def main() -> int:
                 if notes[1]:
                     notes[1] = f"simulator's spread of a measurement: {notes[1]}"
                 own = f" ({'; '.join(n for n in notes if n)})" if any(notes) else ""
+                pred = v.prediction.get(q)
+                if pred is not None and a is not None:
+                    held.append(pred[0] <= a <= pred[1])
+                    own += (f" [90 % prediction {pred[0] * 1e3:.4g} … {pred[1] * 1e3:.4g} ms: "
+                            f"{'holds' if held[-1] else 'misses'} the measured]")
                 print(f"  target {q:18s} ±{bound * 100:.0f} %: "
                       f"{'—' if e is None else f'{e * 100:+.1f} %'} {verdict}{own}")
         # the same replays with each server's own speed level, measured from its steps: an oracle
@@ -213,8 +258,12 @@ def main() -> int:
             print(f"  with each server's own speed level (measured from its steps: "
                   f"{', '.join(f'{lv:.3f}' for lv in known)} × the step model; an oracle, not a "
                   "prediction):")
-            print("    " + ", ".join(f"{q} {'—' if errs.get(q) is None else f'{errs[q] * 100:+.1f} %'}"
+            print("    " + ", ".join(f"{q} {'—' if (e := errs.get(q)) is None else f'{e * 100:+.1f} %'}"
                                      for q in TARGETS))
+    if held:
+        report["prediction_coverage"] = {"held": sum(held), "of": len(held), "nominal": 0.9}
+        print(f"\n90 % prediction intervals held {sum(held)} of {len(held)} held-out latency "
+              f"targets ({sum(held) / len(held) * 100:.0f} %; nominal 90 %)")
     sides = []
     for t in groups["calib"][:2]:
         side = Side()

@@ -65,6 +65,11 @@ def add_parser(subparsers: Any, help_: str) -> None:
                      "sizes and token counts on its device profile under its policy (the "
                      "scenario gives the link and cloud); prints offload share and TTFT/E2E "
                      "p50/p99 live beside simulated")
+    run.add_argument("--draws", type=int, default=None, metavar="N",
+                     help="after the point estimate, run N more times, each device's calibrated "
+                          "profile drawn from its uncertainty section and each run with its own "
+                          "seed, and print a 90 %% prediction interval of every latency figure "
+                          "(default: 20 when a profile has the section, else none; 0: none)")
     run.set_defaults(func=_run)
 
     cmp_ = sub.add_parser("compare", help="several policies on the same workload and seeds")
@@ -186,11 +191,26 @@ def _run(args: argparse.Namespace) -> int:
         print(f"edgeserve sim: note: {note}", file=sys.stderr)
     result = run_spec(spec, progress=not args.no_progress and not args.json and sys.stderr.isatty())
     s = result.summary
+    from sim.experiments.prediction_runs import (
+        format_intervals,
+        run_intervals,
+        shown_row,
+        uncertain,
+    )
+    from sim.fit.prediction import DRAWS
+
+    draws = (DRAWS if uncertain(raw) else 0) if args.draws is None else max(0, args.draws)
+    ivs = run_intervals(spec, draws=draws) if draws else {}
     if args.json:
-        print(json.dumps(s.to_dict(), indent=2, default=str))
+        out = s.to_dict()
+        if ivs:
+            out["prediction_intervals"] = {k: list(v) for k, v in ivs.items()}
+        print(json.dumps(out, indent=2, default=str))
     else:
         print(format_summary(s))
         print(f"({result.wall_s:.2f} s wall, {s.events / max(result.wall_s, 1e-9):,.0f} events/s)")
+        if ivs:
+            print(format_intervals(shown_row(s), ivs, draws))
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "summary.json").write_text(json.dumps(s.to_dict(), indent=2, default=str))

@@ -24,7 +24,8 @@ import numpy as np
 Statistics = Callable[[np.ndarray], Sequence[float]]
 
 
-def block_ids(arrivals_s: Sequence[float], runs: Sequence[int], block_s: float) -> np.ndarray:
+def block_ids(arrivals_s: Sequence[float] | np.ndarray, runs: Sequence[int] | np.ndarray,
+              block_s: float) -> np.ndarray:
     """One integer per sample naming its (run, block of ``block_s`` seconds from the run's first
     arrival); samples of one request share its arrival, so they share its block."""
     if block_s <= 0:

@@ -60,7 +60,15 @@ from sim.fit.host_effects import (
     fit_drift_start,
     worker_busy,
 )
+from sim.fit.identify import (
+    identify_contention,
+    identify_gap,
+    identify_step,
+    profile_uncertainty,
+    stage_uncertainty,
+)
 from sim.fit.least_squares import MIN_SAMPLES
+from sim.fit.speed_level import speed_level
 from sim.fit.stage_fits import fit_stages, fit_worker_encode, input_processing
 from sim.fit.step_fit import GAP_FEATURES, cold_steps, fit_step_gap, fit_steps
 from sim.fit.traces import TraceData, image_sizes, worker_encoder
@@ -105,17 +113,23 @@ def calibrate_traces(data: TraceData) -> Calibration:
     use_quiet = len(quiet) >= 4 * MIN_SAMPLES and cal.host_cores > 0
     if data.steps:
         cal.input_processing = input_processing(ok, data.steps)
-    cal.step = fit_steps(quiet if use_quiet else warm, kv, sizes, embeds)
+    fitted = quiet if use_quiet else warm
+    run_of = {id(s): k for k, (a, b) in enumerate(runs) for s in data.steps[a:b]}
+    cal.step = fit_steps(fitted, kv, sizes, embeds)
+    # each model bootstrapped over its rows; terms the data do not identify dropped (identify)
+    models = {"step": identify_step(cal, fitted, kv, sizes, embeds, run_of)}
+    models.update(stage_uncertainty(cal))
     if cal.step is not None:
         # the idle time between steps is part of every step's period (fit_step_gap); with image
         # embeddings handed over (--encoder onnx) it does not grow with the image
-        cal.step_gap_s, cal.step_gap_per = fit_step_gap(
-            data.steps, features=tuple(f for f in GAP_FEATURES
-                                       if not (embeds and f == "encoder_tokens")))
+        gap_features = tuple(f for f in GAP_FEATURES if not (embeds and f == "encoder_tokens"))
+        cal.step_gap_s, cal.step_gap_per = fit_step_gap(data.steps, features=gap_features)
+        models["step_gap"] = identify_gap(cal, data.steps, gap_features, run_of)
         # contention, cold shapes and drift compare a step's own time (vLLM's elapsed_ms) with the
         # model's; the gap joins the model only in the profile (profile_writer.step_period)
         if use_quiet:
             cal.contention, cal.contention_n = contention(warm, cal.step, kv, busy, sizes)
+            models["contention"] = identify_contention(cal, warm, kv, busy, sizes, run_of)
         cal.cold_factor, cal.cold_n = cold_shape_factor(
             [data.steps[i] for i in cold], cal.step, kv, busy, sizes, cal.contention)
         sd, tau, _n = fit_drift(quiet if use_quiet else warm, cal.step, kv, sizes)
@@ -131,4 +145,8 @@ def calibrate_traces(data: TraceData) -> Calibration:
                          + (", those with no worker busy" if use_quiet else ""))
     elif data.steps:
         cal.skipped["step"] = f"{len(data.steps)} engine steps (need {MIN_SAMPLES})"
+    # several traces: each one's speed level against the model fitted on all (speed_level)
+    levels = [lv for k in range(len(data.runs)) if data.runs[k][1] > data.runs[k][0]
+              and (lv := speed_level(cal, data.run(k))) is not None] if len(data.runs) > 1 else []
+    cal.uncertainty = profile_uncertainty(models, levels)
     return cal

@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from sim.fit.coef_bootstrap import FitSamples
 from sim.fit.least_squares import StageFit
 from sim.scenario.fitted_range import FittedRange
+from sim.scenario.uncertainty import ProfileUncertainty
 
 
 @dataclass(slots=True)
@@ -41,3 +43,9 @@ class Calibration:
     encode_in_worker: bool = False  # the runtime's encoder (--encoder onnx) ran in the workers
     # the sizes fitted on (image tokens, pixels, prompt tokens): where the models interpolate
     fitted_range: FittedRange = field(default_factory=FittedRange)
+    # the rows each stage fit was made from (stage → samples), for the coefficients' bootstrap
+    samples: dict[str, FitSamples] = field(default_factory=dict)
+    # the coefficients' intervals and the spread of the traces' levels (sim.fit.identify)
+    uncertainty: ProfileUncertainty | None = None
+    # what the uncertainty changed: one line each ("contention 1.21 shrunk to 0.62: …")
+    identification: list[str] = field(default_factory=list)

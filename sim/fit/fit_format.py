@@ -41,7 +41,30 @@ def format_fits(cal: Calibration) -> str:
                      + f"   cv {f.cv:.3f}  R² {f.r2:.3f}  n {f.n}  [{f.note}]")
     for s, why in cal.skipped.items():
         lines.append(f"  {s:13s} not fitted: {why}")
+    lines += format_uncertainty(cal)
     spans = ", ".join(f"{k} {span(lo, hi)}" for k, (lo, hi) in cal.fitted_range.as_dict().items())
     if spans:
         lines.append(f"  {'fitted range':13s} {spans}")
     return "\n".join(lines)
+
+
+def format_uncertainty(cal: Calibration) -> list[str]:
+    """Each coefficient with its interval, the terms dropped or shrunk and why, the level spread."""
+    u = cal.uncertainty
+    if u is None or not u.models:
+        return []
+    lines = [f"  {u.level * 100:.0f} % intervals (block bootstrap over {u.block_s:g} s of rows, "
+             f"{u.resamples} resamples):"]
+    for name, m in u.models.items():
+        terms = ", ".join(f"{k} {t.value:.3g} [{t.interval[0]:.3g} … {t.interval[1]:.3g}]"
+                          for k, t in m.terms.items())
+        lines.append(f"    {name:13s} {terms}")
+    lines += [f"  {line}" for line in cal.identification]
+    if u.levels:
+        lines.append(f"  {'server level':13s} {len(u.levels)} traces ran at "
+                     + ", ".join(f"{v:.3f}" for v in u.levels)
+                     + f" × the model: sd {u.level_sd * 100:.1f} % (log) between servers")
+    else:
+        lines.append(f"  {'server level':13s} one trace: the spread between fresh servers is "
+                     "not measured (give several calibration traces to measure it)")
+    return lines

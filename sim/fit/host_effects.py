@@ -68,7 +68,18 @@ def contention(steps: list[EngineStep], fit: StageFit, kv_cache_tokens: KVCache,
     throughout says much; unweighted, the long steps' noise would set κ even where the overlapped
     decode steps were no slower than the others. Returns ``(κ, steps)``: κ = 1 means
     each second of worker activity costs the step a second."""
-    xs, ys, ws = [], [], []
+    rows = contention_rows(steps, fit, kv_cache_tokens, workers, sizes)
+    if len(rows) < MIN_SAMPLES:
+        return 0.0, len(rows)
+    xa, ya, wa = rows[:, 0], rows[:, 1], rows[:, 2] ** 2
+    return max(0.0, float((wa * xa) @ ya / ((wa * xa) @ xa))), len(rows)
+
+
+def contention_rows(steps: list[EngineStep], fit: StageFit, kv_cache_tokens: KVCache,
+                    workers: dict[int, Intervals], sizes: tuple[int, ...] = ()) -> np.ndarray:
+    """The rows :func:`contention` fits, one per step a worker overlapped for at least 5 % of
+    it: ``[worker seconds, step − fitted, 1/fitted (the residual's weight), t_s]``."""
+    rows = []
     for s in steps:
         if s.duration_s <= 0:
             continue
@@ -78,13 +89,8 @@ def contention(steps: list[EngineStep], fit: StageFit, kv_cache_tokens: KVCache,
         pred = step_prediction(fit, s, kv_cache_tokens, sizes)
         if pred <= 0:
             continue
-        xs.append(x)
-        ys.append(s.duration_s - pred)
-        ws.append(1.0 / (pred * pred))
-    if len(xs) < MIN_SAMPLES:
-        return 0.0, len(xs)
-    xa, ya, wa = np.asarray(xs), np.asarray(ys), np.asarray(ws)
-    return max(0.0, float((wa * xa) @ ya / ((wa * xa) @ xa))), len(xs)
+        rows.append((x, s.duration_s - pred, 1.0 / pred, s.t_s))
+    return np.asarray(rows, dtype=float).reshape(len(rows), 4)
 
 
 def cold_shape_factor(cold: list[EngineStep], fit: StageFit, kv_cache_tokens: KVCache,

@@ -54,5 +54,7 @@ def fit_linear(stage: str, x: np.ndarray, y: np.ndarray, names: list[str],
     ss_tot = float(np.sum((y - y.mean()) ** 2))
     ratio = y / np.where(pred > 0, pred, np.nan)
     cv = float(np.nanstd(ratio)) if len(y) > 1 else 0.0
-    per = {names[i]: float(c) for i, c in zip(keep, coef[1:], strict=True) if c > 0}
+    # a feature zero in every row has no coefficient (lstsq may leave round-off on it)
+    per = {names[i]: float(c) for i, c in zip(keep, coef[1:], strict=True)
+           if c > 0 and np.any(x[:, i])}
     return StageFit(stage, len(y), base, per, cv, 1 - ss_res / ss_tot if ss_tot > 0 else 1.0)

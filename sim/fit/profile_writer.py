@@ -96,6 +96,9 @@ def to_profile(cal: Calibration, base: dict[str, Any] | None, name: str,
         prof["host"] = {"cores": cal.host_cores,
                         "engine_threads": cal.engine_threads or cal.host_cores,
                         "step_extra_s_per_worker_s": round(cal.contention, 4)}
+    if cal.uncertainty is not None and cal.uncertainty.models:
+        # llm.step holds the step's own time (models.step) plus the gap before it (models.step_gap)
+        prof["uncertainty"] = cal.uncertainty.as_dict()
     notes = [f"{s}: fitted on {f.n} requests, R² = {f.r2:.3f}" + (f" ({f.note})" if f.note else "")
              for s, f in cal.fits.items()]
     if cal.step is not None:

@@ -12,17 +12,23 @@ import numpy as np
 from edgeserve.records import EngineStep, Outcome, RequestRecord
 from sim.core.workload import decoded_pixels
 from sim.fit.calibration import Calibration
+from sim.fit.coef_bootstrap import FitSamples
 from sim.fit.least_squares import MIN_SAMPLES, StageFit, fit_linear
 from sim.scenario.fitted_range import FittedRange
 
 
-def _stage(cal: Calibration, stage: str, rows: list[tuple[float, ...]], names: list[str]) -> None:
-    rows = [r for r in rows if r[0] >= 0 and all(math.isfinite(v) for v in r)]
-    if len(rows) < MIN_SAMPLES:
-        cal.skipped[stage] = f"{len(rows)} usable records (need {MIN_SAMPLES})"
+def _stage(cal: Calibration, stage: str, rows: list[tuple[float, ...]], names: list[str],
+           times_s: list[float]) -> None:
+    """Fit ``stage`` from ``rows`` (``(duration, *features)``; ``times_s``: when each happened,
+    kept with the rows for the coefficients' bootstrap, :mod:`sim.fit.coef_bootstrap`)."""
+    ok = [(r, t) for r, t in zip(rows, times_s, strict=True)
+          if r[0] >= 0 and all(math.isfinite(v) for v in r)]
+    if len(ok) < MIN_SAMPLES:
+        cal.skipped[stage] = f"{len(ok)} usable records (need {MIN_SAMPLES})"
         return
-    arr = np.asarray(rows, dtype=float)
+    arr = np.asarray([r for r, _ in ok], dtype=float)
     cal.fits[stage] = fit_linear(stage, arr[:, 1:], arr[:, 0], names)
+    cal.samples[stage] = FitSamples.of(names, arr[:, 1:], arr[:, 0], [t for _, t in ok])
 
 
 class _Concurrency:
@@ -87,13 +93,13 @@ def fit_stages(records: Iterable[RequestRecord]) -> Calibration:
            and r.resize_end_s is not None and r.normalize_end_s is not None]
     _stage(cal, "image_decode",
            [(r.decode_end_s - r.preproc_start_s, src(r), decoded(r))  # type: ignore[operator]
-            for r in cpu], ["source_pixels", "decoded_pixels"])
+            for r in cpu], ["source_pixels", "decoded_pixels"], [r.arrived_s for r in cpu])
     _stage(cal, "resize",
            [(r.resize_end_s - r.decode_end_s, decoded(r), tgt(r))  # type: ignore[operator]
-            for r in cpu], ["decoded_pixels", "target_pixels"])
+            for r in cpu], ["decoded_pixels", "target_pixels"], [r.arrived_s for r in cpu])
     _stage(cal, "normalize",
            [(r.normalize_end_s - r.resize_end_s, tgt(r)) for r in cpu],  # type: ignore[operator]
-           ["target_pixels"])
+           ["target_pixels"], [r.arrived_s for r in cpu])
     # encode: the encoder may queue (no timestamp marks its start), so use only requests that
     # found it idle: no earlier request's encode still running when this one's CPU work ended
     enc = []
@@ -106,7 +112,7 @@ def fit_stages(records: Iterable[RequestRecord]) -> Calibration:
     cal.has_encode = any(r.encode_end_s is not None for r in cpu)
     if enc:
         _stage(cal, "encode", [(r.encode_end_s - r.normalize_end_s, r.image_tokens)  # type: ignore[operator]
-                               for r in enc], ["image_tokens"])
+                               for r in enc], ["image_tokens"], [r.arrived_s for r in enc])
     # hand-off: preprocessing done (the worker's last stamp) → the engine holds the request
     hand = [float(r.engine_queued_s) - float(r.encode_end_s or r.normalize_end_s)  # type: ignore[arg-type]
             for r in cpu if r.engine_queued_s is not None]
@@ -124,7 +130,8 @@ def fit_stages(records: Iterable[RequestRecord]) -> Calibration:
             isolated.append(r)
         busy_until = max(busy_until, float(r.last_token_s or 0.0))
     _stage(cal, "prefill", [(r.first_token_s - r.engine_queued_s, r.prompt_tokens)  # type: ignore[operator]
-                            for r in isolated], ["prompt_tokens"])
+                            for r in isolated], ["prompt_tokens"],
+           [r.arrived_s for r in isolated])
     if "prefill" in cal.fits:
         cal.fits["prefill"].note = f"{len(isolated)} of {len(eng)} requests found the engine empty"
     # decode step: windows without another request's first token inside
@@ -145,7 +152,7 @@ def fit_stages(records: Iterable[RequestRecord]) -> Calibration:
         for _ in range(4):
             conc.weigh(lambda lv, b0=base, s0=slope: 1.0 / max(b0 + s0 * lv, 1e-12))
             rows = [(tpot, conc.mean(a, b)) for a, b, tpot in windows]
-            _stage(cal, "decode_step", rows, ["batch"])
+            _stage(cal, "decode_step", rows, ["batch"], [a for a, _, _ in windows])
             fit = cal.fits.get("decode_step")
             if fit is None:
                 break

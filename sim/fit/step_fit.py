@@ -87,8 +87,25 @@ def step_prediction(fit: StageFit, s: EngineStep, kv_cache_tokens: KVCache,
         encoder_square_sum(s.encoder_tokens, sizes))
 
 
+def step_rows(steps: Iterable[EngineStep], kv_cache_tokens: KVCache = 0,
+              image_sizes: tuple[int, ...] = (), embeds: bool = False,
+              exclude: frozenset[str] = frozenset()) -> np.ndarray:
+    """One row per step with a positive duration: ``[duration_s, t_s, *features]`` in
+    :data:`STEP_FEATURES` order, the encoder terms zero with ``embeds``, and those in ``exclude`` zero
+    too (see :func:`fit_steps`)."""
+    rows = [(s.duration_s, s.t_s, *step_features(s, kv_cache_tokens, image_sizes))
+            for s in steps if s.duration_s > 0]
+    arr = np.asarray(rows, dtype=float).reshape(len(rows), 2 + len(STEP_FEATURES))
+    gone = [2 + j for j, k in enumerate(STEP_FEATURES)
+            if k in exclude or (embeds and k in ("encoder_tokens", "encoder_tokens_sq",
+                                                 "encoder_tokens_cross"))]
+    arr[:, gone] = 0.0
+    return arr
+
+
 def fit_steps(steps: Iterable[EngineStep], kv_cache_tokens: KVCache = 0,
-              image_sizes: tuple[int, ...] = (), embeds: bool = False) -> StageFit | None:
+              image_sizes: tuple[int, ...] = (), embeds: bool = False,
+              exclude: frozenset[str] = frozenset()) -> StageFit | None:
     """The step-time model from per-step records (``None`` with fewer than MIN_SAMPLES steps).
 
     The coefficients minimise *relative* errors (least squares weighted by 1/ŷ of a first,
@@ -103,14 +120,11 @@ def fit_steps(steps: Iterable[EngineStep], kv_cache_tokens: KVCache = 0,
 
     ``embeds``: the engine was handed image embeddings (``--encoder onnx``), so its steps ran no
     vision tower — whatever vLLM counts as encoder tokens then costs nothing to encode, and the
-    encoder terms are left out (zero) instead of soaking up prefill time."""
-    rows = [(s.duration_s, *step_features(s, kv_cache_tokens, image_sizes))
-            for s in steps if s.duration_s > 0]
-    if embeds:
-        rows = [(*r[:4], 0.0, 0.0, 0.0, *r[7:]) for r in rows]
-    if len(rows) < MIN_SAMPLES:
+    encoder terms are left out (zero) instead of soaking up prefill time. ``exclude``: terms
+    left out the same way (ones the data did not identify, :mod:`sim.fit.identify`)."""
+    arr = np.delete(step_rows(steps, kv_cache_tokens, image_sizes, embeds, exclude), 1, axis=1)
+    if len(arr) < MIN_SAMPLES:
         return None
-    arr = np.asarray(rows, dtype=float)
 
     def predict(f: StageFit) -> np.ndarray:
         coef = np.asarray([f.per.get(k, 0.0) for k in STEP_FEATURES])
@@ -132,6 +146,16 @@ GAP_FEATURES = ("encoder_tokens", "decode_tokens")  # what the gap before a step
 
 
 GAP_UNITS = {"encoder_tokens": "image token", "decode_tokens": "sequence decoding"}
+
+
+def gap_rows(steps: list[EngineStep], features: tuple[str, ...] = GAP_FEATURES) -> np.ndarray:
+    """One row per gap between back-to-back steps (:func:`fit_step_gap`): ``[gap_s, t_s of the
+    step that follows, *its features]``."""
+    ordered = sorted(steps, key=lambda s: s.t_s)
+    rows = [(b.t_s - b.duration_s - a.t_s, b.t_s, *(float(getattr(b, f)) for f in features))
+            for a, b in itertools.pairwise(ordered)
+            if a.running > 0 and abs(b.t_s - b.duration_s - a.t_s) < 0.05]
+    return np.asarray(rows, dtype=float).reshape(len(rows), 2 + len(features))
 
 
 def fit_step_gap(steps: list[EngineStep], *,
@@ -156,13 +180,9 @@ def fit_step_gap(steps: list[EngineStep], *,
     which comes out short of the steps' periods and makes a decode stream fast. A feature whose slope comes out ≤ 0 (the gap does not grow with it) is
     dropped and the rest refitted; a negative intercept (nothing left for a bare step) falls
     back to one mean. ``features=()``: one mean."""
-    ordered = sorted(steps, key=lambda s: s.t_s)
-    rows = [(b.t_s - b.duration_s - a.t_s, *(float(getattr(b, f)) for f in features))
-            for a, b in itertools.pairwise(ordered)
-            if a.running > 0 and abs(b.t_s - b.duration_s - a.t_s) < 0.05]
-    if len(rows) < MIN_SAMPLES:
+    arr = np.delete(gap_rows(steps, features), 1, axis=1)
+    if len(arr) < MIN_SAMPLES:
         return 0.0, {}
-    arr = np.asarray(rows, dtype=float)
     gap = arr[:, 0]
     mean = max(0.0, float(gap.mean()))
     keep = [j for j in range(len(features))

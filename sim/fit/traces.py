@@ -18,12 +18,18 @@ class TraceData:
     steps: list[EngineStep] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)  # the last runtime header's meta
     runs: list[tuple[int, int]] = field(default_factory=list)  # each trace's [start, end) in steps
+    record_runs: list[tuple[int, int]] = field(default_factory=list)  # … and in records
+
+    def run(self, k: int) -> TraceData:
+        """The ``k``-th trace alone."""
+        (a, b), (c, d) = self.runs[k], self.record_runs[k]
+        return TraceData(self.records[c:d], self.steps[a:b], self.meta, [(0, b - a)], [(0, d - c)])
 
 
 def read_traces(paths: Iterable[str | Path]) -> TraceData:
     data = TraceData()
     for p in paths:
-        first = len(data.steps)
+        first, first_record = len(data.steps), len(data.records)
         warm_until_s = float("-inf")  # a server's warm-up steps are not the traffic's
         for item in read_trace(p):
             if isinstance(item, RequestRecord):
@@ -37,6 +43,7 @@ def read_traces(paths: Iterable[str | Path]) -> TraceData:
                 if isinstance(warmup, dict):
                     warm_until_s = float(warmup["end_t_s"])
         data.runs.append((first, len(data.steps)))
+        data.record_runs.append((first_record, len(data.records)))
     return data
 
 

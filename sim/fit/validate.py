@@ -35,6 +35,7 @@ import numpy as np
 
 from edgeserve.records import CPU_STAGES, Outcome, RequestRecord, Stage, read_trace, stage_spans
 from sim.fit.bootstrap import block_intervals
+from sim.fit.prediction import DRAWS, LEVEL, predict
 from sim.scenario.fitted_range import Extrapolation, FittedRange
 from sim.scenario.schema import build
 
@@ -177,6 +178,9 @@ class Validation:
     extrapolations: list[Extrapolation] = field(default_factory=list)
     # the simulated side of each seed alone (every run's replay with that seed, pooled)
     seed_sides: list[Side] = field(default_factory=list)
+    # "ttft p50" → its 90 % prediction interval from profiles drawn from the calibration's
+    # uncertainty (prediction_intervals; empty: not computed)
+    prediction: dict[str, tuple[float, float]] = field(default_factory=dict)
     _intervals: dict[str, tuple[float, float]] | None = field(default=None, repr=False)
     _spread: dict[str, tuple[float, float]] | None = field(default=None, repr=False)
 
@@ -240,6 +244,10 @@ class Validation:
             if q in spread:
                 row["simulated_spread"] = list(spread[q])
                 row["measured_inside_spread"] = a is not None and spread[q][0] <= a <= spread[q][1]
+            if q in self.prediction:
+                lo, hi = self.prediction[q]
+                row["prediction_interval"] = [lo, hi]
+                row["measured_inside_prediction"] = a is not None and lo <= a <= hi
             rows.append(row)
         return {"trace": self.trace, "profile": self.profile,
                 "measured_requests": self.measured.completed,
@@ -250,16 +258,31 @@ class Validation:
                 "outside_fitted_range": [x.as_dict() for x in self.extrapolations],
                 "rows": rows}
 
+    def figures_json(self) -> dict[str, dict[str, Any]]:
+        """``{"ttft_p50": {"measured": …, "simulated": …, "interval": [lo, hi]}, …}`` in
+        seconds, every latency figure (``interval`` null without a prediction)."""
+        out: dict[str, dict[str, Any]] = {}
+        for m in METRICS:
+            for w in STATS:
+                iv = self.prediction.get(f"{m} {w}")
+                out[f"{m}_{w}"] = {"measured": self.measured.stat(m, w),
+                                   "simulated": self.simulated.stat(m, w),
+                                   "interval": None if iv is None else list(iv)}
+        return out
+
     def format(self) -> str:
         ivs = self.measured_intervals()
         spread = self.simulated_spread()
+        pw = 34 if self.prediction else 0  # the prediction column, beside the point estimate
         lines = [f"held-out trace {self.trace}: {self.measured.completed} measured, "
                  f"{self.simulated.completed} simulated requests (profile {self.profile})",
-                 f"{'':24s} {'measured':>11s} {'simulated':>11s} {'error':>8s}   "
-                 f"{'measured own 95 %':24s}"
+                 f"{'':24s} {'measured':>11s} {'simulated':>11s} {'error':>8s}"
+                 + (f"   {f'{LEVEL * 100:.0f} % prediction':{pw}s}" if pw else "")
+                 + f"   {'measured own 95 %':24s}"
                  + (f" simulated spread ({len(self.seed_sides)} seeds)" if spread else ""),
-                 f"{'':24s} {'':>11s} {'':>11s} {'':>8s}   "
-                 f"{f'(block bootstrap, {BLOCK_S:g} s)':24s}"
+                 f"{'':24s} {'':>11s} {'':>11s} {'':>8s}"
+                 + (f"   {'(drawn profiles and seeds)':{pw}s}" if pw else "")
+                 + f"   {f'(block bootstrap, {BLOCK_S:g} s)':24s}"
                  + (" (as % of the measured)" if spread else "")]
         for q, a, b, e in self.rows():
             scale, unit = (1e3, " ms") if q.split()[0] in METRICS or q.startswith("stage") else (1, "")
@@ -269,11 +292,23 @@ class Validation:
             fi = interval_text(a, b, ivs.get(q), "{lo} … {hi} %{inside}", " (in)")
             fs = spread_text(a, spread.get(q))
             line = f"{q:24s} {fa:>11s} {fb:>11s} {fe:>8s}"
+            if pw:
+                line += f"   {prediction_text(a, self.prediction.get(q), scale, unit):{pw}s}"
             if fi or fs:
                 line += f"   {fi:24s} {fs}".rstrip()
             lines.append(line)
         lines += [f"note: {x.text()}" for x in self.extrapolations]
         return "\n".join(lines)
+
+
+def prediction_text(measured: float | None, iv: tuple[float, float] | None, scale: float,
+                    unit: str) -> str:
+    """A prediction interval in the figure's unit, and "(holds it)" when the measured figure lies
+    inside; "" without one."""
+    if iv is None:
+        return ""
+    inside = measured is not None and iv[0] <= measured <= iv[1]
+    return f"{iv[0] * scale:.4g} … {iv[1] * scale:.4g}{unit}" + (" (holds it)" if inside else "")
 
 
 def interval_text(measured: float | None, simulated: float | None,
@@ -323,6 +358,53 @@ def replay_scenario(profile: dict[str, Any], trace: str | Path, span_s: float,
                          "workload": {"kind": "replay", "trace": str(trace)}}]}
 
 
+def replay(profile: dict[str, Any], trace: str | Path, seed: int,
+           measured: list[RequestRecord] | None = None) -> tuple[Side, list[RequestRecord]]:
+    """One replay of ``trace``'s arrivals through ``profile``: the simulated side and records
+    (``measured``: the trace's local records, when already read)."""
+    from sim.core.simulation import Simulation
+    from sim.scenario.config import scenario_from_raw
+
+    measured = local_records(trace) if measured is None else measured
+    if not measured:
+        raise ValueError(f"{trace} holds no local request records to replay")
+    span = max((r.finished_s or r.arrived_s) for r in measured) - min(r.arrived_s for r in measured)
+    sim = Simulation(scenario_from_raw(replay_scenario(profile, trace, span, seed), None, []))
+    sim.record_token_times()  # a step engine's ITLs are its step gaps, as measured
+    simulated: list[RequestRecord] = []
+    sim.add_record_sink(simulated.append)
+    sim.run()
+    side = Side()
+    for r in simulated:
+        side.add(r)
+    return side, simulated
+
+
+def figures(side: Side) -> dict[str, float | None]:
+    """"ttft p50" → the side's figure (seconds), for every latency metric and statistic."""
+    return {f"{m} {w}": side.stat(m, w) for m in METRICS for w in STATS}
+
+
+def prediction_intervals(profile: dict[str, Any], traces: Sequence[str | Path], *,
+                         draws: int = DRAWS, seed: int = 0) -> dict[str, tuple[float, float]]:
+    """Each latency figure's 90 % prediction interval for the held-out ``traces`` taken together
+    (each its own server): ``draws`` profiles drawn from ``profile``'s uncertainty
+    (:mod:`sim.fit.prediction`), every trace replayed through its server's draw, pooled."""
+    measured = [local_records(t) for t in traces]
+
+    def run(profiles: list[dict[str, Any]], k: int) -> dict[str, float | None]:
+        pooled: Side | None = None
+        for p, t, recs in zip(profiles, traces, measured, strict=True):
+            side, _ = replay(p, t, k, recs)
+            if pooled is None:
+                pooled = side
+            else:
+                pooled.pool(side)
+        return figures(pooled) if pooled is not None else {}
+
+    return predict(profile, run, servers=len(traces), draws=draws, seed=seed)
+
+
 def validate(profile: dict[str, Any], trace: str | Path, *, profile_name: str = "",
              seed: int = 1, seeds: int = 1) -> tuple[Validation, list[RequestRecord]]:
     """Replay ``trace`` through ``profile``; returns the comparison and the simulated records
@@ -335,24 +417,13 @@ def validate(profile: dict[str, Any], trace: str | Path, *, profile_name: str = 
 def _validate(profile: dict[str, Any], trace: str | Path, *, profile_name: str, seed: int,
               seeds: int) -> tuple[Validation, list[RequestRecord], list[RequestRecord]]:
     """:func:`validate`, also returning the measured records it read."""
-    from sim.core.simulation import Simulation
-    from sim.scenario.config import scenario_from_raw
-
     measured = local_records(trace)
     if not measured:
         raise ValueError(f"{trace} holds no local request records to replay")
-    span = max((r.finished_s or r.arrived_s) for r in measured) - min(r.arrived_s for r in measured)
     v = Validation(Side(), Side(), str(trace), profile_name)
     first: list[RequestRecord] = []
     for k in range(seeds):
-        sim = Simulation(scenario_from_raw(replay_scenario(profile, trace, span, seed + k), None, []))
-        sim.record_token_times()  # a step engine's ITLs are its step gaps, as measured
-        simulated: list[RequestRecord] = []
-        sim.add_record_sink(simulated.append)
-        sim.run()
-        side = Side()
-        for r in simulated:
-            side.add(r)
+        side, simulated = replay(profile, trace, seed + k, measured)
         v.seed_sides.append(copy.deepcopy(side))
         v.simulated_stall_s += stall_seconds([r for r in simulated if r.outcome is Outcome.OK])
         if k == 0:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from sim.scenario.fitted_range import FittedRange
 from sim.scenario.schema import fraction, non_negative, positive, require
 from sim.scenario.thermal_network_config import ThermalNetworkConfig
+from sim.scenario.uncertainty import ProfileUncertainty
 
 #: Request features a service-time model may depend on (linear coefficients in ``per``).
 FEATURES = (
@@ -371,6 +372,8 @@ class DeviceProfile:
     fitted_range: FittedRange | None = None
     # junction and skin nodes with per-unit clocks and governors (None: the single node above)
     thermal_network: ThermalNetworkConfig | None = None
+    # how sure the calibration is (``edgeserve calibrate`` writes it; None: not recorded)
+    uncertainty: ProfileUncertainty | None = None
 
     def __post_init__(self) -> None:
         non_negative(self.base_w, "base_w")

@@ -1,0 +1,83 @@
+"""``edgeserve calibrate record``: a designed calibration run (:mod:`edgeserve.bench.calibration_record`)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from edgeserve.bench.calibration_schedule import Schedule, ScheduleConfig, design, format_schedule
+
+
+def _schedule(args: argparse.Namespace) -> Schedule:
+    from edgeserve.config import ServeConfig
+
+    serve = ServeConfig()  # the default server's limits (the model folder's pixel budget)
+    return design(ScheduleConfig(budget_s=args.budget_s, max_num_seqs=serve.engine.max_num_seqs,
+                                 max_pixels=int(serve.max_pixels or 0),
+                                 min_pixels=int(serve.min_pixels or 0),
+                                 factor=serve.spec.factor if serve.spec else 28,
+                                 image_rate_rps=args.image_rate))
+
+
+def run_record(args: argparse.Namespace) -> int:
+    if args.out is None:
+        print("edgeserve calibrate record: --out TRACE.jsonl is required", file=sys.stderr)
+        return 2
+    try:
+        schedule = _schedule(args)
+    except ValueError as e:
+        print(f"edgeserve calibrate record: {e}", file=sys.stderr)
+        return 2
+    print(format_schedule(schedule), flush=True)
+    out: Path = args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return asyncio.run(_record(args.url, out, schedule))
+    except RuntimeError as e:
+        print(f"edgeserve calibrate record: {e}", file=sys.stderr)
+        return 1
+
+
+async def _record(url: str | None, out: Path, schedule: Schedule) -> int:
+    import aiohttp
+    import msgspec
+
+    from edgeserve.bench.calibration_record import Recorder, annotate_header, free_port
+    from edgeserve.bench.compare import ServerKind, ServerProcess, server_argv
+    from edgeserve.bench.runner import fetch_model_id
+    from edgeserve.config import DEFAULT_MODEL_DIR
+    from edgeserve.records import TraceHeader
+
+    server = None
+    if url is None:
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        argv = server_argv(ServerKind.EDGESERVE_SPLIT, DEFAULT_MODEL_DIR, port,
+                           f"--trace {out} --engine-log {out.with_suffix('.engine.log')}")
+        print(f"starting the default server on {url} (trace {out})", flush=True)
+        server = ServerProcess(argv, "", out.with_suffix(".server.log"), {})
+    try:
+        if server is not None:
+            await server.wait_ready(url, 600.0)
+        try:
+            model = await fetch_model_id(url)
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError, KeyError) as e:
+            raise RuntimeError(f"cannot reach a server at {url}: {e}") from None
+        rec = Recorder(url, model, schedule, log=lambda m: print(m, flush=True))
+        print("building the image requests…", flush=True)
+        rec.prepare()
+        results = await rec.run()
+    finally:
+        if server is not None:
+            server.stop()
+    if server is not None:
+        annotate_header(out, schedule.header(), results)
+        print(f"wrote {out}: calibrate it with `edgeserve calibrate {out} --out PROFILE.yaml`")
+    else:
+        head = TraceHeader(producer="edgeserve calibrate record",
+                           meta={"calibration_schedule": schedule.header(), "url": url})
+        out.write_bytes(msgspec.json.encode(head) + b"\n")
+        print(f"wrote the schedule to {out}; the records are in the server's own --trace file")
+    return 0 if sum(r.ok for r in results) else 1
