@@ -13,9 +13,7 @@ Started without ``--url``, ``edgeserve calibrate record`` runs the default serve
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -157,12 +155,6 @@ class Recorder:
                          f"{self.schedule.planned_s:.0f} s)"
                          + (f"; first error: {r.errors[0]}" if r.errors else ""))
         return out
-
-
-def free_port() -> int:
-    with contextlib.closing(socket.socket()) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def annotate_header(trace: Path, schedule: dict[str, Any], results: list[PhaseResult]) -> None:

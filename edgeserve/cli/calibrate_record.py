@@ -44,10 +44,12 @@ async def _record(url: str | None, out: Path, schedule: Schedule) -> int:
     import aiohttp
     import msgspec
 
-    from edgeserve.bench.calibration_record import Recorder, annotate_header, free_port
-    from edgeserve.bench.compare import ServerKind, ServerProcess, server_argv
+    from edgeserve.bench.calibration_record import Recorder, annotate_header
+    from edgeserve.bench.compare import ServerKind, server_argv
     from edgeserve.bench.runner import fetch_model_id
+    from edgeserve.bench.server_process import ServerProcess
     from edgeserve.config import DEFAULT_MODEL_DIR
+    from edgeserve.net import free_port
     from edgeserve.records import TraceHeader
 
     server = None
@@ -57,10 +59,11 @@ async def _record(url: str | None, out: Path, schedule: Schedule) -> int:
         argv = server_argv(ServerKind.EDGESERVE_SPLIT, DEFAULT_MODEL_DIR, port,
                            f"--trace {out} --engine-log {out.with_suffix('.engine.log')}")
         print(f"starting the default server on {url} (trace {out})", flush=True)
-        server = ServerProcess(argv, "", out.with_suffix(".server.log"), {})
+        server = ServerProcess(argv, out.with_suffix(".server.log"), port=port,
+                               ready_path="/health").start()
     try:
         if server is not None:
-            await server.wait_ready(url, 600.0)
+            await server.wait_ready(600.0)
         try:
             model = await fetch_model_id(url)
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError, KeyError) as e:
