@@ -9,7 +9,7 @@ arrivals are sent, the gateway's trace is replayed in the simulator, and offload
 TTFT/E2E p50/p99 are printed live beside simulated. ``--fake`` uses the test suite's fake
 upstreams instead of real servers (seconds instead of minutes).
 
-    flock /tmp/engine.lock python benchmarks/gateway.py [--requests 40] [--rate-hz 2] [--fake]
+    python benchmarks/gateway.py [--requests 40] [--rate-hz 2] [--fake]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """End to end: the gateway in front of two real ``edgeserve serve`` processes (tiny model).
 
-One server stands for the device, the other for the cloud. Expensive (two vLLM engines on CPU):
-run under ``flock /tmp/engine.lock``.
+One server stands for the device, the other for the cloud. Expensive: two vLLM engines on the
+CPU, started one after the other.
 """
 
 from __future__ import annotations
