@@ -127,7 +127,7 @@ def decide(state: GatewayState, job: Job, vector: np.ndarray | None = None) -> D
     device, rec = state.device, job.rec
     match = state.router.match(vector) if state.router is not None and vector is not None else None
     decision = (match.decision if match is not None
-                else state.policy.decide(job, device))  # type: ignore[arg-type]
+                else state.policy.decide(job, device))
     reading = device.sensors.reading
     rec.decision_reason = decision.reason
     rec.decision_temp_c = round(reading.temp_c, 3)

@@ -1,7 +1,8 @@
 """Offload policies: for each arriving request, where it runs and at what fidelity.
 
 A policy is a small class with one method, ``decide(job, device) -> Decision``. It sees the
-request (sizes, deadline) and the device's present state — temperature, clock level, battery,
+request (sizes, deadline) and the device's present state (:class:`sim.core.device_view.DeviceView`,
+which the simulated device and the gateway's live device both offer) — temperature, clock level, battery,
 queues, and predicted latencies of both paths (:meth:`sim.core.device.Device.estimate_local_s`,
 :meth:`~sim.core.device.Device.estimate_cloud_s`) — and answers *local*, *cloud* or *drop*, optionally
 with a resolution downgrade. Every decision carries a reason, recorded with the request.
@@ -30,7 +31,7 @@ from sim.scenario.config import PolicyConfig
 from sim.scenario.schema import ConfigError, build, require
 
 if TYPE_CHECKING:
-    from sim.core.device import Device
+    from sim.core.device_view import DeviceView
     from sim.core.job import Job
 
 
@@ -72,7 +73,7 @@ class Policy:
 
     name: ClassVar[str] = "policy"
 
-    def decide(self, job: Job, device: Device) -> Decision:
+    def decide(self, job: Job, device: DeviceView) -> Decision:
         raise NotImplementedError
 
 
@@ -101,7 +102,7 @@ class AlwaysLocal(Policy):
     """Everything runs on the device."""
 
 
-    def decide(self, job: Job, device: Device) -> Decision:
+    def decide(self, job: Job, device: DeviceView) -> Decision:
         return _ALWAYS_LOCAL
 
 
@@ -110,7 +111,7 @@ class AlwaysCloud(Policy):
     """Everything goes to the cloud (local when the device has no cloud server)."""
 
 
-    def decide(self, job: Job, device: Device) -> Decision:
+    def decide(self, job: Job, device: DeviceView) -> Decision:
         return _ALWAYS_CLOUD if device.cloud is not None else _NO_CLOUD
 
 
@@ -123,7 +124,7 @@ class QueueThreshold(Policy):
     def __post_init__(self) -> None:
         require(self.max_queue >= 0, "max_queue", "must be >= 0")
 
-    def decide(self, job: Job, device: Device) -> Decision:
+    def decide(self, job: Job, device: DeviceView) -> Decision:
         if device.cloud is None or device.queue_len < self.max_queue:
             return _QUEUE_BELOW
         return _QUEUE_AT
@@ -135,7 +136,7 @@ class PredictedLatency(Policy):
 
     margin_s: float = 0.0
 
-    def decide(self, job: Job, device: Device) -> Decision:
+    def decide(self, job: Job, device: DeviceView) -> Decision:
         if device.cloud is None:
             return _LOCAL_FASTER
         if device.estimate_cloud_s(job) + self.margin_s < device.estimate_local_s(job):
@@ -159,7 +160,7 @@ class ThermalAware(Policy):
     def __post_init__(self) -> None:
         require(0 < self.scale <= 1, "scale", "must be in (0, 1]")
 
-    def decide(self, job: Job, device: Device) -> Decision:
+    def decide(self, job: Job, device: DeviceView) -> Decision:
         if device.temp_c < self.above_c:
             return _COOL
         if self.action is ThermalAction.OFFLOAD and device.cloud is not None:
@@ -174,7 +175,7 @@ class EnergyAware(Policy):
     low_fraction: float | None = None
     scale: float = 0.5
 
-    def decide(self, job: Job, device: Device) -> Decision:
+    def decide(self, job: Job, device: DeviceView) -> Decision:
         frac = device.battery_fraction
         low = self.low_fraction if self.low_fraction is not None else device.battery_low_fraction
         if frac is None or frac >= low:
@@ -194,7 +195,7 @@ class Downgrade(Policy):
     def __post_init__(self) -> None:
         require(0 < self.scale <= 1, "scale", "must be in (0, 1]")
 
-    def decide(self, job: Job, device: Device) -> Decision:
+    def decide(self, job: Job, device: DeviceView) -> Decision:
         if device.queue_len < self.queue_above:
             return _FULL_RESOLUTION
         return Decision(Placement.LOCAL, "queue long: downgrade resolution", self.scale)
@@ -208,7 +209,7 @@ class ModelDowngrade(Policy):
     queue_above: int = 2
     above_c: float | None = None
 
-    def decide(self, job: Job, device: Device) -> Decision:
+    def decide(self, job: Job, device: DeviceView) -> Decision:
         if device.queue_len >= self.queue_above:
             return Decision(Placement.LOCAL, "queue long: smaller model", model=self.model)
         if self.above_c is not None and device.temp_c >= self.above_c:
@@ -221,7 +222,7 @@ class FrameDrop(Policy):
     """Run where predicted faster; drop a frame whose deadline neither path can meet."""
 
 
-    def decide(self, job: Job, device: Device) -> Decision:
+    def decide(self, job: Job, device: DeviceView) -> Decision:
         local = device.estimate_local_s(job)
         cloud = device.estimate_cloud_s(job)
         best = min(local, cloud)
