@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgeserve.records import DeviceSample, MigrationDecision, UnitClockSample
 from sim.core.governors import Governor, make_governor
+from sim.core.heat import Heat
 from sim.core.migration import MigrationRecord, Migrator
 from sim.core.thermal_network import TwoNodeNetwork
 from sim.scenario.thermal_network_config import ThermalNetworkConfig
@@ -46,10 +47,11 @@ class GovernorSlot:
         self.others = [u for u in range(n_units) if u not in units]
 
 
-class DeviceNetwork:
+class DeviceNetwork(Heat):
     """The network, the unit clocks and the governors of one device."""
 
     def __init__(self, dev: Device, cfg: ThermalNetworkConfig) -> None:
+        super().__init__(dev.loop, dev.power)
         self.dev = dev
         self.cfg = cfg
         self.net = TwoNodeNetwork(cfg, dev.loop.now)
@@ -81,46 +83,40 @@ class DeviceNetwork:
         self._pa_units: list[int] = []
         self._pa_others_w = 0.0
         self._power_at_fn = self._power_at  # bound once: no closure per poll
-        dev.thermal.temp_c = self.net.junction_c
-        dev.power_w = self.power_w()
+        self.power_w = self._power_now()
         dev.loop.after(cfg.poll_s, self._on_poll)
 
     # ---- power --------------------------------------------------------------------------
-    def _busy_w(self, u: int) -> float:
-        d = self.dev
-        b = d._busy[u]
-        cap = d._cap[u]
-        return (b if b < cap else cap) * d._dyn_w[u]
-
-    def power_w(self) -> float:
-        p = self.dev.static_w
+    def _power_now(self) -> float:
+        p = self.static_w
+        power = self.power
         for u, c in enumerate(self.clocks):
-            p += self._busy_w(u) * c.power_scales[c.level]
+            p += power.busy_w(u) * c.power_scales[c.level]
         return p
+
+    def junction_c(self) -> float:
+        return self.net.junction_c
 
     def integrate(self, now: float) -> None:
         dt = now - self._t_last
         if dt <= 0.0:
             return
-        d = self.dev
-        p = d.power_w
-        d.energy_j += p * dt
+        p = self.power_w
+        self.energy_j += p * dt
         for c in self.clocks:
             if c.level:
-                d.throttled_s += dt
+                self.throttled_s += dt
                 break
         nominal = self._nominal_j
+        power = self.power
         for u in range(len(nominal)):
-            nominal[u] += self._busy_w(u) * dt
+            nominal[u] += power.busy_w(u) * dt
         self._t_last = now
-        d._t_last = now
         self.net.advance(now, p)
-        d.thermal.temp_c = self.net.junction_c
-        d.thermal.t_s = now
 
     def power_changed(self) -> None:
-        self.integrate(self.dev.loop.now)
-        self.dev.power_w = self.power_w()
+        self.integrate(self.loop.now)
+        self.power_w = self._power_now()
 
     # ---- governors ----------------------------------------------------------------------
     def _power_at(self, lv: int) -> float:
@@ -157,7 +153,7 @@ class DeviceNetwork:
                 c = clocks[u]
                 s += demand[u] * c.power_scales[c.level]
             self._pa_units = slot.units
-            self._pa_others_w = d.static_w + s
+            self._pa_others_w = self.static_w + s
             temp = net.junction_c if slot.node == "junction" else net.skin_c
             lv = slot.gov.update(temp, dt, self._power_at_fn)
             for u in slot.units:
@@ -175,7 +171,7 @@ class DeviceNetwork:
             changed = True
         if changed:
             self._apply()
-        if d.active:
+        if self.active:
             d.loop.after(self.cfg.poll_s, self._on_poll)
 
     def _migrate(self, now: float) -> bool:
@@ -198,13 +194,13 @@ class DeviceNetwork:
                 law_dst.efficiency(self.clocks[dst].level) if law_dst else None))
             # the servers at work move with the stage (their power counts on the new unit)
             if m.cfg.stage == "image":
-                busy = d.cores - len(d._free_cores)
-                d._cpu_u = dst
+                busy = d.cpu.busy
+                d.cpu.unit = dst
             else:
-                busy = d.enc_servers - d._enc_free
-                d._enc_u = dst
-            d._busy[src] -= busy
-            d._busy[dst] += busy
+                assert d.encoder is not None
+                busy = d.encoder.busy
+                d.encoder.unit = dst
+            self.power.move(src, dst, busy)
             m.moved()
             moved = True
         return moved
@@ -212,18 +208,23 @@ class DeviceNetwork:
     def _apply(self) -> None:
         """New unit levels: power from now, and the clocks the device's work runs at."""
         d = self.dev
-        d.power_w = self.power_w()
-        cpu = self.clocks[d._cpu_u]
-        d.scale = cpu.scales[cpu.level]
-        if d._enc_u >= 0:
-            enc = self.clocks[d._enc_u]
-            d.enc_scale = enc.scales[enc.level]
+        self.power_w = self._power_now()
+        cpu = self.clocks[d.cpu.unit]
+        cpu_scale = cpu.scales[cpu.level]
+        encoder = d.encoder
+        enc_scale = 1.0
+        if encoder is not None:
+            enc = self.clocks[encoder.unit]
+            enc_scale = enc.scales[enc.level]
         for m in self.migrators:  # a migrated stage runs at its unit's speed for it
             if m.cfg.stage == "image":
-                d.scale *= m.cfg.speed.get(m.unit, 1.0)
+                cpu_scale *= m.cfg.speed.get(m.unit, 1.0)
             else:
-                d.enc_scale *= m.cfg.speed.get(m.unit, 1.0)
-        llm = self.clocks[d._llm_u]
+                enc_scale *= m.cfg.speed.get(m.unit, 1.0)
+        d.cpu.scale = cpu_scale
+        if encoder is not None:
+            encoder.scale = enc_scale
+        llm = self.clocks[d.llm_unit]
         d.level = llm.level
         d.llm_scale = llm.scales[llm.level]
         d.engine.retime(d.llm_scale)
@@ -235,7 +236,7 @@ class DeviceNetwork:
 
     def force(self, level: int) -> None:
         """Every unit to ``level`` (clipped to its ladder); the governors may change it again."""
-        self.integrate(self.dev.loop.now)
+        self.integrate(self.loop.now)
         for c in self.clocks:
             c.level = max(0, min(level, c.max_level))
         self._apply()

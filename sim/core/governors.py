@@ -4,7 +4,8 @@
   trip, one back below ``trip − hysteresis``. The junction's time constant is seconds, so it
   throttles within seconds of the trip and then holds the die near it.
 - :class:`PowerAllocator` (Linux ``power_allocator``, IPA) on the skin: a PID on the error to the
-  control temperature sets a power budget; the fastest level whose power fits it is chosen.
+  control temperature (:class:`sim.core.thermal.PidBudget`, the single node's too) sets a power
+  budget; the fastest level whose power fits it is chosen.
 - :class:`Firmware` (Raspberry Pi firmware): stepped down from the soft limit (80 °C) to a floor,
   dropped at once to a deep level at the hard limit (85 °C).
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from sim.core.thermal import PidBudget
 from sim.scenario.thermal_network_config import (
     AllocatorConfig,
     FirmwareConfig,
@@ -67,36 +69,21 @@ class Firmware:
 
 
 class PowerAllocator:
-    __slots__ = ("cfg", "integral", "last_err", "level", "max_level")
+    __slots__ = ("cfg", "level", "max_level", "pid")
 
     def __init__(self, cfg: AllocatorConfig, max_level: int) -> None:
         self.cfg = cfg
         self.max_level = max_level
         self.level = 0
-        self.integral = 0.0
-        self.last_err: float | None = None
-
-    def budget_w(self, temp_c: float, dt_s: float) -> float:
-        c = self.cfg
-        err = c.control_temp_c - temp_c
-        deriv = 0.0 if self.last_err is None or dt_s <= 0 else (err - self.last_err) / dt_s
-        self.last_err = err
-        # anti-windup (as Linux): integrate only near the control temperature, bounded
-        if err < 0 or abs(c.k_p * err) < c.sustainable_power_w:
-            self.integral += err * dt_s
-        if c.k_i > 0:
-            lim = c.sustainable_power_w / c.k_i
-            self.integral = max(-lim, min(lim, self.integral))
-        return c.sustainable_power_w + c.k_p * err + c.k_i * self.integral + c.k_d * deriv
+        self.pid = PidBudget(cfg.control_temp_c, cfg.sustainable_power_w, cfg.k_p, cfg.k_i, cfg.k_d)
 
     def update(self, temp_c: float, dt_s: float, power_at: PowerAt) -> int:
         c = self.cfg
         if temp_c < c.control_temp_c - c.switch_on_below_c:
-            self.integral = 0.0
-            self.last_err = None
+            self.pid.reset()
             self.level = 0
             return 0
-        budget = self.budget_w(temp_c, dt_s)
+        budget = self.pid.budget_w(temp_c, dt_s)
         for lv in range(self.max_level + 1):
             if power_at(lv) <= budget:
                 self.level = lv

@@ -184,7 +184,7 @@ def summarize(sim: Run) -> Summary:
         d.account_until(now)
         energy = d.energy_j + d.radio_j
         tl = stats.timelines.get(d.name if per_device else group)
-        pk = max(tl.max_temp_c if tl else -math.inf, d.thermal.temp_c)
+        pk = max(tl.max_temp_c if tl else -math.inf, d.heat.junction_c())
         bw = d.battery_wh
         if per_device:
             st = stats.devices.get(d.name, DeviceStats())

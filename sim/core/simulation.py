@@ -247,7 +247,7 @@ class Simulation:
                 "ambient_c": d.profile.thermal.ambient_c
                 if d.profile.thermal_network is None else d.profile.thermal_network.ambient_c,
                 "clock_levels": len(d.levels) if d.net is None
-                else d.net.clocks[d._llm_u].max_level + 1,
+                else d.net.clocks[d.llm_unit].max_level + 1,
                 "battery_capacity_wh": d.battery_capacity_wh,
             }
             for d in self.devices
@@ -275,7 +275,7 @@ class Simulation:
         if not self._closed:
             self._closed = True
             for d in self.devices:
-                d.active = False
+                d.stop_governors()
             for d in self.devices:
                 self._take_migrations(d)
             if self.writer is not None:
@@ -429,4 +429,4 @@ class Simulation:
             self.loop.after(self.scenario.sample_interval_s, self._on_sample)
         else:
             for d in self.devices:
-                d.active = False
+                d.stop_governors()

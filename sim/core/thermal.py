@@ -87,16 +87,25 @@ class StepWiseGovernor:
         return self.level
 
 
-class PowerAllocatorGovernor:
-    """PID on the temperature error sets a power budget; pick the fastest level that fits it."""
+class PidBudget:
+    """The power allocator's PID (Linux IPA): the error to the control temperature sets a power
+    budget, ``sustainable + k_p·e + k_i·∫e + k_d·de/dt``. Anti-windup as Linux: the integral grows
+    only near the control temperature (or above it) and is bounded by ``sustainable / k_i``. Both
+    the single node's governor and the thermal network's skin governor
+    (:class:`sim.core.governors.PowerAllocator`) budget with it."""
 
-    __slots__ = ("cfg", "integral", "last_err", "level")
+    __slots__ = ("control_temp_c", "integral", "k_d", "k_i", "k_p", "last_err",
+                 "sustainable_power_w")
 
-    def __init__(self, cfg: PidConfig) -> None:
-        self.cfg = cfg
+    def __init__(self, control_temp_c: float, sustainable_power_w: float, k_p: float, k_i: float,
+                 k_d: float) -> None:
+        self.control_temp_c = control_temp_c
+        self.sustainable_power_w = sustainable_power_w
+        self.k_p = k_p
+        self.k_i = k_i
+        self.k_d = k_d
         self.integral = 0.0
         self.last_err: float | None = None
-        self.level = 0
 
     def reset(self) -> None:
         """Below the switch-on temperature the controller forgets its history (as Linux does)."""
@@ -104,16 +113,26 @@ class PowerAllocatorGovernor:
         self.last_err = None
 
     def budget_w(self, temp_c: float, dt_s: float) -> float:
-        c = self.cfg
-        err = c.control_temp_c - temp_c
+        err = self.control_temp_c - temp_c
         deriv = 0.0 if self.last_err is None or dt_s <= 0 else (err - self.last_err) / dt_s
         self.last_err = err
-        # anti-windup: integrate only near the control temperature, and bound the term
-        if err < 0 or abs(c.k_p * err) < c.sustainable_power_w:
+        sustainable = self.sustainable_power_w
+        if err < 0 or abs(self.k_p * err) < sustainable:
             self.integral += err * dt_s
-        limit = c.sustainable_power_w / max(c.k_i, 1e-12)
-        self.integral = max(-limit, min(limit, self.integral))
-        return c.sustainable_power_w + c.k_p * err + c.k_i * self.integral + c.k_d * deriv
+        if self.k_i > 0:
+            limit = sustainable / self.k_i
+            self.integral = max(-limit, min(limit, self.integral))
+        return sustainable + self.k_p * err + self.k_i * self.integral + self.k_d * deriv
+
+
+class PowerAllocatorGovernor(PidBudget):
+    """The PID's budget, then the fastest clock level whose power fits it."""
+
+    __slots__ = ("level",)
+
+    def __init__(self, cfg: PidConfig) -> None:
+        super().__init__(cfg.control_temp_c, cfg.sustainable_power_w, cfg.k_p, cfg.k_i, cfg.k_d)
+        self.level = 0
 
     def choose(self, budget_w: float, static_w: float, demand_w: float,
                power_scales: list[float]) -> int:

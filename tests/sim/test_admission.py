@@ -121,7 +121,8 @@ def test_a_request_that_fails_before_its_first_token_gives_its_slot_back() -> No
 def test_the_slot_count_defaults_to_twice_max_num_seqs() -> None:
     s = Server(server_profile(admission={},
                               llm={"step": {"base_s": 0.5, "max_num_seqs": 3}}))
-    assert (s.device.slots, s.device.max_pending, s.device.max_inflight) == (6, 64, 256)
+    adm = s.device.admission
+    assert adm is not None and (adm.slots, adm.max_pending, adm.max_inflight) == (6, 64, 256)
 
 
 def test_rejections_are_counted_in_the_summary() -> None:

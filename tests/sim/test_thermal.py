@@ -85,7 +85,7 @@ def test_throttling_trips_and_recovers_at_the_configured_temperatures() -> None:
     log: list[tuple[float, int, float]] = []
 
     def on_level(d: Device) -> None:
-        log.append((d.loop.now, d.level, d.thermal.temp_c))
+        log.append((d.loop.now, d.level, d.heat.junction_c()))
 
     sim.devices[0].on_level = on_level
     first = FirstArrival()
