@@ -12,7 +12,11 @@ deadline), and the two predictions ``estimate_local_s(job)`` and ``estimate_clou
   that profile, scaled by the moving ratio of observed to predicted;
 * cloud latency: the first up cloud endpoint's measured RTT + upload at the measured throughput
   + its observed service time;
-* temperature and battery: :class:`~edgeserve.gateway.sensors.Sensors`.
+* temperature and battery: :class:`~edgeserve.gateway.sensors.Sensors`;
+* energy (``estimate_local_j``/``estimate_cloud_j``, for ``energy_aware``): with ``--profile``,
+  the simulated device's estimate from its units' efficiency figures at full clock (the live
+  device reads no unit clock levels), and the radio at the simulator's power for the upload at the
+  measured throughput; None without a profile or a cloud.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from edgeserve.gateway.targets import Target
 from sim.core.device import Device
 from sim.core.job import Job
 from sim.core.loop import EventLoop
+from sim.core.offload import RADIO_W
 from sim.scenario.config import LinkConfig
 from sim.scenario.profiles import DeviceProfile
 
@@ -120,6 +125,15 @@ class LiveDevice:
         if c is None:
             return math.inf
         return c.target.link.predict_s(job.rec.image_bytes + 2000)
+
+    def estimate_local_j(self, job: Job) -> float | None:
+        return self._sim.estimate_local_j(job) if self._sim is not None else None
+
+    def estimate_cloud_j(self, job: Job) -> float | None:
+        c = self.cloud
+        if c is None or self._sim is None:
+            return None
+        return c.target.link.transfer_s(job.rec.image_bytes + 2000) * RADIO_W
 
     def observe_local(self, target: Target, job: Job, latency_s: float, queue_seen: int) -> None:
         service = latency_s / (1 + queue_seen)

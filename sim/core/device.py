@@ -315,6 +315,14 @@ class Device:
         """Predicted latency if ``job`` were offloaded now (``inf`` without a cloud server)."""
         return self.uplink.estimate_s(job)
 
+    def estimate_local_j(self, job: Job) -> float | None:
+        """Predicted energy of ``job`` here now (sim.core.energy_estimate; None without figures)."""
+        return self.net.estimate_local_j(job) if self.net is not None else None
+
+    def estimate_cloud_j(self, job: Job) -> float | None:
+        """Predicted radio energy of offloading ``job`` now (None without a cloud server)."""
+        return self.uplink.estimate_radio_j(job)
+
     # ---- power, heat, clock ----------------------------------------------------------------
     def account_until(self, now: float) -> None:
         """Account energy, throttled time and temperature from the last change up to ``now``

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from edgeserve.records import DeviceSample, MigrationDecision, UnitClockSample
+from sim.core.energy_estimate import EnergyEstimate
 from sim.core.governors import Governor, make_governor
 from sim.core.heat import Heat
 from sim.core.migration import MigrationRecord, Migrator
@@ -21,6 +22,7 @@ from sim.scenario.thermal_network_config import ThermalNetworkConfig
 
 if TYPE_CHECKING:
     from sim.core.device import Device
+    from sim.core.job import Job
 
 
 class UnitClock:
@@ -70,6 +72,7 @@ class DeviceNetwork(Heat):
             top = max(self.clocks[u].max_level for u in units)
             self.govs.append(GovernorSlot(make_governor(g, top), g.node.value, units, len(names)))
         self.migrators = [Migrator(m) for m in cfg.migrations]
+        self.energy = EnergyEstimate(dev.profile, cfg)
         self.migrations: list[MigrationRecord] = []
         self._migrations_taken = 0  # how many of them went into the trace so far
         self._t_last = dev.loop.now
@@ -255,6 +258,13 @@ class DeviceNetwork(Heat):
             t_s=m.t_s, device=m.device, stage=m.stage, from_unit=m.from_unit, to_unit=m.to_unit,
             reason=m.reason, from_level=m.from_level, to_level=m.to_level,
             from_efficiency=m.from_efficiency, to_efficiency=m.to_efficiency) for m in new]
+
+    def estimate_local_j(self, job: Job) -> float | None:
+        """Joules ``job`` would cost here now, from each unit's efficiency at its present level
+        (:mod:`sim.core.energy_estimate`); None without the profile's efficiency figures."""
+        d = self.dev
+        enc_u = d.encoder.unit if d.encoder is not None else d.cpu.unit if d.enc_in_worker else -1
+        return self.energy.local_j(job, d.cpu.unit, enc_u, [c.level for c in self.clocks])
 
     def unit_levels(self) -> dict[str, int]:
         return {n: c.level for n, c in zip(self.dev.unit_names, self.clocks, strict=True)}

@@ -22,7 +22,7 @@ class Clock(Protocol):
 
 
 class DeviceView(Protocol):
-    """The device state and the two latency predictions a policy decides from."""
+    """The device state and the latency and energy predictions a policy decides from."""
 
     @property
     def cloud(self) -> object | None:
@@ -49,3 +49,10 @@ class DeviceView(Protocol):
     def estimate_local_s(self, job: Job) -> float: ...
 
     def estimate_cloud_s(self, job: Job) -> float: ...
+
+    def estimate_local_j(self, job: Job) -> float | None:
+        """Energy ``job`` would cost on the device now, from its units' efficiency at their
+        present clock levels (None where the profile gives no efficiency figures)."""
+
+    def estimate_cloud_j(self, job: Job) -> float | None:
+        """Radio energy of offloading ``job`` now (None without a cloud)."""

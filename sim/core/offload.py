@@ -50,6 +50,18 @@ class OffloadPath:
             job.output_tokens * lc.response_bytes_per_token + 500, self.loop.now,
         ) + cloud.estimate_s(job)
 
+    def estimate_radio_j(self, job: Job) -> float | None:
+        """Radio energy of offloading ``job`` now: its request up and its answer down at the
+        link's rates, retransmissions included (None without a cloud server)."""
+        if self.cloud is None:
+            return None
+        lc = self.link_cfg
+        link = self.link
+        tx = ((job.rec.image_bytes + lc.request_overhead_bytes) * 8.0 / link.up.bits_per_s
+              + (job.output_tokens * lc.response_bytes_per_token + 500) * 8.0
+              / link.down.bits_per_s)
+        return tx * link.est_tx_factor * RADIO_W
+
     def send(self, job: Job) -> None:
         """Send ``job`` (its JPEG bytes and prompt) to the cloud server."""
         cloud = self.cloud

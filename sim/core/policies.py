@@ -60,6 +60,8 @@ _CLOUD_FASTER = Decision(Placement.CLOUD, "cloud predicted faster")
 _COOL = Decision(Placement.LOCAL, "temperature below limit")
 _BATTERY_OK = Decision(Placement.LOCAL, "battery ok")
 _BATTERY_LOW_OFFLOAD = Decision(Placement.CLOUD, "battery low: offload")
+_LOCAL_CHEAPER = Decision(Placement.LOCAL, "local predicted to use less energy")
+_RADIO_CHEAPER = Decision(Placement.CLOUD, "offload predicted to use less energy")
 _FULL_RESOLUTION = Decision(Placement.LOCAL, "full resolution")
 _FULL_MODEL = Decision(Placement.LOCAL, "full model")
 _DEADLINE_MISSED = Decision(Placement.DROP, "deadline would be missed")
@@ -170,19 +172,31 @@ class ThermalAware(Policy):
 
 @dataclass(slots=True)
 class EnergyAware(Policy):
-    """When the battery is low (below ``low_fraction``, default the profile's), offload or downgrade."""
+    """Battery low: offload or downgrade; else the placement predicted to use less energy.
+
+    The battery is low below ``low_fraction`` (default the profile's). Otherwise, where the
+    profile gives its units' efficiency per clock level (``thermal_network.clocks.<unit>.tops_per_w``)
+    and a cloud is reachable, the request runs where the device spends less (``by_energy``): the
+    units' energy at their present levels against the radio's (:mod:`sim.core.energy_estimate`).
+    """
 
     low_fraction: float | None = None
     scale: float = 0.5
+    by_energy: bool = True
 
     def decide(self, job: Job, device: DeviceView) -> Decision:
         frac = device.battery_fraction
         low = self.low_fraction if self.low_fraction is not None else device.battery_low_fraction
-        if frac is None or frac >= low:
-            return _BATTERY_OK
-        if device.cloud is not None:
-            return _BATTERY_LOW_OFFLOAD
-        return Decision(Placement.LOCAL, "battery low: downgrade resolution", self.scale)
+        if frac is not None and frac < low:
+            if device.cloud is not None:
+                return _BATTERY_LOW_OFFLOAD
+            return Decision(Placement.LOCAL, "battery low: downgrade resolution", self.scale)
+        if self.by_energy and device.cloud is not None:
+            local_j = device.estimate_local_j(job)
+            cloud_j = device.estimate_cloud_j(job)
+            if local_j is not None and cloud_j is not None:
+                return _RADIO_CHEAPER if cloud_j < local_j else _LOCAL_CHEAPER
+        return _BATTERY_OK
 
 
 @dataclass(slots=True)
@@ -246,7 +260,7 @@ for _cls, _name, _about in (
     (ThermalAware, "thermal_aware",
      "Above ``above_c`` offload (or run locally at ``scale`` × the resolution) to let it cool."),
     (EnergyAware, "energy_aware",
-     "When the battery is low (below ``low_fraction``, default the profile's), offload or downgrade."),
+     "Battery low: offload or downgrade; else the placement predicted to use less energy."),
     (Downgrade, "downgrade",
      "Local always; at ``queue_above`` waiting requests, images are downscaled by ``scale``."),
     (ModelDowngrade, "model_downgrade",
