@@ -23,7 +23,9 @@ Then the policy comparison on the ``phone-battery`` scenario: ``thermal_aware`` 
 NPU to a GPU (the scenario's phone given a GPU unit of 2.5 W busy, on the same governors, running
 the encoder 1.5 × slower; the migration leaves at 2 NPU clock steps down and comes back at full
 clock): p99 end-to-end latency, SLO share, energy per request, offload share, throttled share and
-the number of moves. Everything goes to ``OUT/thermal_fit.json`` as well.
+the number of moves; and ``energy_aware`` on the scenario as shipped with and without
+``by_energy`` (placing each request where the units' efficiency at their clock levels predicts
+less energy, or deciding by the battery alone). Everything goes to ``OUT/thermal_fit.json`` as well.
 
     python benchmarks/thermal_fit.py [--out out/thermal_fit] [--only PROFILE] [--part curves|policies|all]
 """
@@ -208,6 +210,30 @@ def policy_comparison() -> list[dict[str, Any]]:
                          "energy_per_request_j": s.energy_per_request_j,
                          "offload_share": s.offload_share, "throttled_share": s.throttled_share,
                          "requests_ok": s.ok, "migrations": moves})
+    return rows + energy_comparison()
+
+
+def energy_comparison() -> list[dict[str, Any]]:
+    """``energy_aware`` on the phone-battery scenario as shipped, deciding by the units'
+    efficiency at their clock levels (``by_energy``) and by the battery alone."""
+    rows = []
+    print(f"\n{SCENARIO.name}: energy_aware with and without the per-unit energy estimate")
+    print(f"  {'by_energy':<9} {'p99 s':>7} {'SLO':>6} {'J/req':>7} {'offload':>7} "
+          f"{'throttled':>9} {'left Wh':>7}")
+    for by_energy in (True, False):
+        raw = load_yaml(SCENARIO)
+        raw["policy"] = {"kind": "energy_aware", "params": {"by_energy": by_energy}}
+        sim = Simulation(scenario_from_raw(raw, base_dir=SCENARIO.parent))
+        sim.run()
+        s = summarize(sim).fleet
+        print(f"  {'yes' if by_energy else 'no':<9} {s.e2e_p99_s:>7.2f} {s.slo_attainment:>6.1%} "
+              f"{s.energy_per_request_j:>7.1f} {s.offload_share:>7.1%} "
+              f"{s.throttled_share:>9.1%} {s.battery_left_wh or 0.0:>7.2f}")
+        rows.append({"policy": "energy_aware", "by_energy": by_energy,
+                     "e2e_p99_s": s.e2e_p99_s, "slo_attainment": s.slo_attainment,
+                     "energy_per_request_j": s.energy_per_request_j,
+                     "offload_share": s.offload_share, "throttled_share": s.throttled_share,
+                     "battery_left_wh": s.battery_left_wh, "requests_ok": s.ok})
     return rows
 
 

@@ -54,7 +54,8 @@ def add_parser(subparsers: Any, help_: str) -> None:
                          "for image sizes outside the profile's fitted_range gets a note on "
                          "stderr: the profile extrapolates there.")
     _common(run)
-    run.add_argument("--policy", help="policy name (default: the scenario's)")
+    run.add_argument("--policy", help="policy name, with its default params (default: the "
+                     "scenario's); --set policy.params.NAME=VALUE sets one")
     run.add_argument("--seed", type=int, help="random seed (default: the scenario's)")
     run.add_argument("--trace", type=Path,
                      help="write per-request records here (default: OUT/trace.jsonl with --out)")
@@ -181,7 +182,9 @@ def _run(args: argparse.Namespace) -> int:
     trace = args.trace
     if trace is None and args.out is not None:
         trace = args.out / "trace.jsonl"
-    spec = RunSpec(raw=raw, policy=args.policy, seed=args.seed, overrides=_overrides(args),
+    # --policy first, so that --set policy.params.NAME=V applies to it
+    chosen = [] if args.policy is None else [("policy", {"kind": args.policy})]
+    spec = RunSpec(raw=raw, seed=args.seed, overrides=chosen + _overrides(args),
                    trace_path=None if trace is None else str(trace))
     from sim.fit.scenario_notes import scenario_notes
     from sim.scenario.config import scenario_from_raw

@@ -110,6 +110,20 @@ def test_a_missing_replay_trace_is_named(tmp_path: Path, capsys: pytest.CaptureF
     assert "scenario.devices[0].workload.trace: no such file 'gone.jsonl'" in capsys.readouterr().err
 
 
+def test_set_gives_the_params_of_the_policy_chosen_on_the_command_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """phone-battery's phone offloads every request by its energy estimate; with ``by_energy``
+    off it decides from the battery alone and keeps most of them."""
+    shares = []
+    for extra in ([], ["--set", "policy.params.by_energy=false"]):
+        assert main(["sim", "run", "phone-battery", "--duration", "600", "--json",
+                     "--policy", "energy_aware", *extra]) == 0
+        s = json.loads(capsys.readouterr().out)
+        assert s["policy"] == "energy_aware"
+        shares.append(s["fleet"]["offload_share"])
+    assert shares[0] == 1.0 and shares[1] < 0.5
+
+
 def test_run_prints_a_json_summary(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sim", "run", "--duration", "60", "--json", "--policy", "always_cloud"]) == 0
     s = json.loads(capsys.readouterr().out)
