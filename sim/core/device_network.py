@@ -72,7 +72,8 @@ class DeviceNetwork(Heat):
             top = max(self.clocks[u].max_level for u in units)
             self.govs.append(GovernorSlot(make_governor(g, top), g.node.value, units, len(names)))
         self.migrators = [Migrator(m) for m in cfg.migrations]
-        self.energy = EnergyEstimate(dev.profile, cfg)
+        self.energy = EnergyEstimate(dev.profile, cfg,
+                                     [(c.scales, c.power_scales) for c in self.clocks])
         self.migrations: list[MigrationRecord] = []
         self._migrations_taken = 0  # how many of them went into the trace so far
         self._t_last = dev.loop.now
@@ -188,13 +189,11 @@ class DeviceNetwork(Heat):
             if why is None:
                 continue
             src, dst = names.index(m.unit), names.index(m.target)
-            law_src = self.cfg.clocks.get(m.unit)
-            law_dst = self.cfg.clocks.get(m.target)
             self.migrations.append(MigrationRecord(
                 now, d.name, m.cfg.stage, m.unit, m.target, why,
                 self.clocks[src].level, self.clocks[dst].level,
-                law_src.efficiency(self.clocks[src].level) if law_src else None,
-                law_dst.efficiency(self.clocks[dst].level) if law_dst else None))
+                self.energy.efficiency(src, self.clocks[src].level),
+                self.energy.efficiency(dst, self.clocks[dst].level)))
             # the servers at work move with the stage (their power counts on the new unit)
             if m.cfg.stage == "image":
                 busy = d.cpu.busy

@@ -1,9 +1,11 @@
 """A request's predicted energy on the device, from each unit's efficiency at its present clock.
 
-A unit's clock law (``thermal_network.clocks.<unit>``) may give its efficiency at full clock
-(``tops_per_w``: work per joule of dynamic energy); at level ``k`` it is
-:meth:`~sim.scenario.thermal_network_config.ClockLaw.efficiency` (work ∝ clock f, power ∝ f^n:
-the efficiency grows as f^(1 − n) when the clock falls). A request's work on a unit is what the
+A unit's clock law (``thermal_network.clocks.<unit>.tops_per_w``), or for a unit on the
+profile's ``dvfs`` ladder ``thermal_network.tops_per_w.<unit>``, gives its efficiency at full
+clock (work per joule of dynamic energy). At level ``k`` a unit's work takes ``stretch_k`` times
+as long at ``power_k`` times the dynamic power, so its efficiency is ``efficiency(0) /
+(stretch_k · power_k)`` (on a clock law, work ∝ clock f and power ∝ f^n: it grows as f^(1 − n)
+when the clock falls, :meth:`~sim.scenario.thermal_network_config.ClockLaw.efficiency`). A request's work on a unit is what the
 unit does in the stage's mean service time at full clock with its dynamic power
 (``active_w − idle_w`` of one server); at level ``k`` that work costs
 
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from sim.core.service import Linear
 from sim.scenario.profiles import CPU_STAGE_NAMES, DeviceProfile, StageName
-from sim.scenario.thermal_network_config import ClockLaw, ThermalNetworkConfig
+from sim.scenario.thermal_network_config import ThermalNetworkConfig
 
 if TYPE_CHECKING:
     from sim.core.job import Job
@@ -34,14 +36,25 @@ if TYPE_CHECKING:
 class EnergyEstimate:
     """The stage models and per-unit laws one device's energy estimate needs, built once."""
 
-    __slots__ = ("_decode_base_s", "_decode_per_ctx_s", "_dyn_w", "_encode", "_image", "_laws",
-                 "_prefill", "enc_unit", "llm_unit")
+    __slots__ = ("_decode_base_s", "_decode_per_ctx_s", "_dyn_w", "_encode", "_full", "_image",
+                 "_prefill", "_ratio", "enc_unit", "llm_unit")
 
-    def __init__(self, profile: DeviceProfile, cfg: ThermalNetworkConfig) -> None:
+    def __init__(self, profile: DeviceProfile, cfg: ThermalNetworkConfig,
+                 ladders: list[tuple[list[float], list[float]]]) -> None:
+        """``ladders``: each unit's (time stretch, power scale) per clock level, fastest first."""
         names = list(profile.units)
         st = profile.stages
         self._dyn_w = [profile.units[n].active_w - profile.units[n].idle_w for n in names]
-        self._laws: list[ClockLaw | None] = [cfg.clocks.get(n) for n in names]
+        # efficiency at full clock: the unit's clock law's, or tops_per_w for a dvfs-ladder unit
+        self._full: list[float | None] = []
+        for n in names:
+            law = cfg.clocks.get(n)
+            self._full.append(law.tops_per_w if law is not None else cfg.tops_per_w.get(n))
+        # energy per operation at level k relative to full clock: stretch_k · power_k, which is
+        # efficiency(0) / efficiency(k) (f^(exponent − 1) on a clock law)
+        self._ratio = [[sk * pk / (stretch[0] * power[0]) for sk, pk in zip(stretch, power,
+                                                                            strict=True)]
+                       for stretch, power in ladders]
         self._image = Linear(*(st[s].model for s in CPU_STAGE_NAMES if s in st))
         enc = st.get(StageName.ENCODE)
         self._encode = Linear(enc.model) if enc is not None else None
@@ -54,15 +67,20 @@ class EnergyEstimate:
             else 0.0
         self._decode_per_ctx_s = per.get("context_tokens", 0.0)
 
+    def efficiency(self, unit: int, level: int) -> float | None:
+        """``unit``'s work per joule at clock ``level`` (None: the profile gives no figure)."""
+        full = self._full[unit]
+        if full is None:
+            return None
+        ratio = self._ratio[unit]
+        return full / ratio[level if level < len(ratio) else len(ratio) - 1]
+
     def _unit_j(self, unit: int, full_clock_s: float, level: int) -> float | None:
-        law = self._laws[unit]
-        if law is None:
+        if self._full[unit] is None:
             return None
-        at_level = law.efficiency(level)
-        at_full = law.efficiency(0)
-        if at_level is None or at_full is None:
-            return None
-        return full_clock_s * self._dyn_w[unit] * at_full / at_level
+        ratio = self._ratio[unit]
+        return full_clock_s * self._dyn_w[unit] * ratio[level if level < len(ratio)
+                                                        else len(ratio) - 1]
 
     def local_j(self, job: Job, cpu_unit: int, enc_unit: int, levels: list[int]) -> float | None:
         """Joules ``job`` would cost here with the units at ``levels`` (image stages on

@@ -194,7 +194,8 @@ class ThermalNetworkConfig:
     """Junction and skin nodes, their resistances, per-unit clock ladders and the governors.
 
     All device power enters the junction. ``r_junction_ambient_c_per_w`` (None: no such path)
-    is a heatsink on the die. Units without a ``clocks`` entry keep the profile's ``dvfs`` ladder.
+    is a heatsink on the die. Units without a ``clocks`` entry keep the profile's ``dvfs`` ladder
+    (their efficiency, if given, in ``tops_per_w``).
     Governors run every ``poll_s`` (Linux thermal zones poll; 0.1–1 s is usual).
     """
 
@@ -207,6 +208,8 @@ class ThermalNetworkConfig:
     initial_c: float | None = None  # both nodes start here (None: ambient)
     poll_s: float = 0.25
     clocks: dict[str, ClockLaw] = field(default_factory=dict)
+    # work per joule at full clock of units without a ``clocks`` entry (on the ``dvfs`` ladder)
+    tops_per_w: dict[str, float] = field(default_factory=dict)
     governors: list[NetGovernorConfig] = field(default_factory=list)
     migrations: list[MigrationConfig] = field(default_factory=list)
 
@@ -218,6 +221,10 @@ class ThermalNetworkConfig:
         if self.r_junction_ambient_c_per_w is not None:
             positive(self.r_junction_ambient_c_per_w, "r_junction_ambient_c_per_w")
         positive(self.poll_s, "poll_s")
+        for unit, v in self.tops_per_w.items():
+            positive(v, f"tops_per_w.{unit}")
+            require(unit not in self.clocks, f"tops_per_w.{unit}",
+                    "the unit has a clocks entry: give its tops_per_w there")
 
     def trip_temps_c(self) -> list[float]:
         return sorted(g.limit_c for g in self.governors)

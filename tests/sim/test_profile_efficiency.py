@@ -32,7 +32,7 @@ def test_every_unit_has_an_efficiency_at_every_level(name: str) -> None:
     prof = load_device_profile(name)
     net = prof.thermal_network
     assert net is not None
-    assert set(net.clocks) == set(prof.units)
+    assert set(net.clocks) | set(net.tops_per_w) == set(prof.units)
     for unit, law in net.clocks.items():
         assert law.tops_per_w is not None, unit
         effs = [law.efficiency(k) for k in range(law.levels)]
@@ -43,6 +43,26 @@ def test_every_unit_has_an_efficiency_at_every_level(name: str) -> None:
                 f"{name} {unit}: energy per operation must fall with the clock"
         for f, e in zip(law.clocks(), effs, strict=True):
             assert e == pytest.approx(law.tops_per_w * f ** (1.0 - law.power_exponent))
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_a_simulated_device_prices_every_unit_at_every_level(name: str) -> None:
+    """Law units as their law says; a unit on the profile's dvfs ladder by stretch × power."""
+    sim = Simulation(load_scenario(None, []))  # the default scenario has one of each
+    dev = next(d for d in sim.devices if d.profile.name == name)
+    net = dev.net
+    assert net is not None and dev.profile.thermal_network is not None
+    cfg = dev.profile.thermal_network
+    for u, unit in enumerate(dev.unit_names):
+        clock = net.clocks[u]
+        for k in range(clock.max_level + 1):
+            e = net.energy.efficiency(u, k)
+            law = cfg.clocks.get(unit)
+            if law is not None:
+                assert e == pytest.approx(law.efficiency(k))
+            else:
+                lv = dev.levels[k]
+                assert e == pytest.approx(cfg.tops_per_w[unit] / (lv.scale * lv.power_scale))
 
 
 def phone(tops_per_w: bool = True) -> Device:
