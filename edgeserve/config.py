@@ -148,6 +148,10 @@ class ServeConfig:
     patchify, and vLLM receives ``image_embeds`` (see :mod:`edgeserve.encoder`). ``auto`` (the
     default) and ``engine.dtype`` ``None`` are decided from the machine when the server starts
     (:mod:`edgeserve.auto_defaults`); until then ``workers`` may be ``None``.
+
+    Replicas: with ``replicas`` N > 1 the process serves N whole servers of this configuration
+    behind one endpoint (:mod:`edgeserve.replicas`), each on its own GPUs or cores;
+    ``engine.tensor_parallel_size`` is the GPUs of each one's engine.
     """
 
     model: str = str(DEFAULT_MODEL_DIR)

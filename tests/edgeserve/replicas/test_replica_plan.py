@@ -3,10 +3,16 @@ fit refused in one paragraph that says what to change."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from edgeserve.config import ConfigError
 from edgeserve.hardware import Platform
+from edgeserve.net import free_port
 from edgeserve.replicas.plan import ReplicaSlot, plan_replicas
 
 
@@ -46,3 +52,16 @@ def test_more_replicas_than_cores_are_refused() -> None:
     with pytest.raises(ConfigError) as e:
         plan_replicas(3, 1, Platform.CPU, cores=[0, 1], gpus=[])
     assert "at least 3 cores" in str(e.value) and "may use 2 (0-1)" in str(e.value)
+
+
+def test_serve_refuses_more_replicas_than_cores_before_starting_anything(tmp_path: Path) -> None:
+    cores = len(os.sched_getaffinity(0))
+    done = subprocess.run(
+        [sys.executable, "-m", "edgeserve", "serve", "--replicas", str(cores + 1),
+         "--port", str(free_port()), "--engine-log", str(tmp_path / "engine.log")],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and f"need at least {cores + 1} cores" in lines[0], done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    assert not (tmp_path / "engine-replicas").exists()  # nothing was started
