@@ -411,7 +411,7 @@ def config_from_args(argv: list[str] | None = None) -> TpLayoutsConfig:
             duration_s=a.duration or (6.0 if a.smoke else 15.0), smoke=a.smoke,
             output_len="8-16" if a.smoke else "32-64", max_num_seqs=16 if a.smoke else 64,
             profile=a.profile, parts=a.parts,
-            out=a.out or (ROOT / "benchmarks" / "results" / "tp_layouts_smoke.json" if a.smoke
+            out=a.out or (ROOT / "results" / "tp_layouts_smoke.json" if a.smoke
                           else OUT))
     except ValueError as e:
         p.error(str(e))
