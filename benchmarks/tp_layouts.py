@@ -271,13 +271,20 @@ def within(measured: dict[str, list[dict[str, Any]]],
     return out
 
 
+def model_hidden_size(model: Path) -> int:
+    """The language model's hidden size (the all-reduce message per token), wherever the
+    folder's config.json keeps it (top level, or ``text_config`` in newer transformers)."""
+    config = json.loads((model / "config.json").read_text())
+    return int(config.get("hidden_size") or config.get("text_config", {}).get("hidden_size") or 0)
+
+
 def merge(cfg: TpLayoutsConfig, device: str) -> dict[str, Any]:
     """Every part present → the output JSON and its plot."""
     parts = {p.stem: json.loads(p.read_text()) for p in sorted(cfg.budget_dir.glob("*.json"))}
     allreduce = parts.pop("allreduce", None)
     names = [lay.name for lay in cfg.layouts]
     measured = {n: parts[n]["points"] for n in names if n in parts}
-    hidden = int(json.loads((cfg.model / "config.json").read_text()).get("hidden_size", 0))
+    hidden = model_hidden_size(cfg.model)
     sim = simulated(cfg, [Layout.parse(n) for n in names], allreduce, hidden)
     rates = list(cfg.rates_rps)
     agrees: list[bool | None] = []
@@ -313,12 +320,13 @@ def plot(out: dict[str, Any], path: Path) -> None:
 
     plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+    color = {name: f"C{j}" for j, name in enumerate(sorted({*out["measured"], *out["simulated"]}))}
     for ax, key in zip(axes, ("ttft_p50_s", "ttft_p99_s", "e2e_p50_s"), strict=True):
         for kind, style in (("measured", "-"), ("simulated", "--")):
-            for j, (name, pts) in enumerate(sorted(out[kind].items())):
+            for name, pts in sorted(out[kind].items()):
                 xs = [p["rate_rps"] for p in pts if p[key] is not None]
                 ys = [p[key] for p in pts if p[key] is not None]
-                ax.plot(xs, ys, style, marker="o", color=f"C{j}", label=f"{name} {kind}")
+                ax.plot(xs, ys, style, marker="o", color=color[name], label=f"{name} {kind}")
         ax.set_xlabel("offered rate (req/s)")
         ax.set_ylabel(key.replace("_s", " (s)").replace("_", " "))
         ax.set_yscale("log")
