@@ -210,7 +210,7 @@ def point_line(name: str, f: dict[str, Any]) -> str:
     return (f"  {name} @ {f['rate_rps']:g} req/s: {f['throughput_rps']:.2f} done/s, TTFT p50 "
             f"{ms(f['ttft_p50_s'])} p99 {ms(f['ttft_p99_s'])} ms, E2E p50 {ms(f['e2e_p50_s'])} "
             f"p99 {ms(f['e2e_p99_s'])} ms, failed {f['failed']}"
-            + (f", per replica {routed}" if routed else ""))
+            + (f", routed so far per replica {routed}" if routed else ""))
 
 
 # ---- simulated -----------------------------------------------------------------------------
