@@ -172,7 +172,8 @@ def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
     g.add_argument("--replicas", type=int, metavar="N",
                    help="serve the model as N replicas behind this one endpoint: N whole servers "
                    "(each its own vLLM engine process and its own preprocessing workers, sized "
-                   "to its share of the cores) on local ports, and a frontend here that sends "
+                   "to its share of the cores) on local ports, and a frontend in this process "
+                   "(not the gateway: docs/runtime.md says why) that sends "
                    "each request to the ready replica with the fewest requests outstanding and "
                    "retries one refused (503/429) on another. On a GPU host replica i gets "
                    "CUDA_VISIBLE_DEVICES=i (with --tensor-parallel-size T: GPUs i*T..i*T+T-1), "
@@ -182,7 +183,8 @@ def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
                    f"each replica's own (see /health for their ports) (default: {_d('replicas')})")
     g.add_argument("--tensor-parallel-size", type=int, metavar="T",
                    help="GPUs each engine spreads the model over (vLLM's tensor_parallel_size, "
-                   f"passed through) (default: {_e('tensor_parallel_size')})")
+                   "passed through; refused at start where the host has fewer GPUs) "
+                   f"(default: {_e('tensor_parallel_size')})")
     g = p.add_argument_group("vLLM engine (passed through)")
     g.add_argument("--max-model-len", type=int, help=f"default: {_e('max_model_len')}")
     g.add_argument("--max-num-seqs", type=int, help=f"default: {_e('max_num_seqs')}")
@@ -239,6 +241,14 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if cfg.replicas > 1:
         return run_replicas(cfg, args)
+    if cfg.engine.tensor_parallel_size > 1:  # its GPUs are counted before the engine starts
+        from edgeserve import replicas
+
+        try:
+            replicas.slots_for(cfg)
+        except ConfigError as e:
+            say(str(e), error=True)
+            return 2
     import asyncio
     import contextlib
     from pathlib import Path

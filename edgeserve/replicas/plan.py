@@ -52,18 +52,19 @@ def plan_replicas(replicas: int, tp: int, platform: Platform, cores: Sequence[in
                 f"{replicas} replica(s) of tensor-parallel size {tp} need {need} GPUs (each "
                 f"replica its own {tp}, never shared), but this host shows {len(gpus)} "
                 f"({'CUDA_VISIBLE_DEVICES=' + ','.join(gpus) if gpus else 'none visible'}). "
-                f"Lower --replicas to {max(1, len(gpus) // tp)} or less, lower "
-                "--tensor-parallel-size, or make more GPUs visible.")
+                "Lower --replicas or --tensor-parallel-size so that replicas x size <= "
+                f"{len(gpus)}, or make more GPUs visible.")
         share = len(cores) // replicas  # 0: too few cores to split, all share them
         return [ReplicaSlot(i, gpus=tuple(gpus[i * tp:(i + 1) * tp]),
                             cores=tuple(cores[i * share:(i + 1) * share])) for i in range(replicas)]
     if need > len(cores):
         raise ConfigError(
-            f"{replicas} replica(s) on vLLM's CPU build need at least {need} cores (each "
-            f"replica's engine gets cores of its own, {tp} per tensor-parallel rank, and its "
-            f"preprocessing workers share them), but this process may use {len(cores)} "
-            f"({_ranges(cores)}). Lower --replicas to {max(1, len(cores) // tp)} or less, or run "
-            "on a machine with more cores (taskset or a container's CPU limit can hide some).")
+            f"{replicas} replica(s) of tensor-parallel size {tp} on vLLM's CPU build need at "
+            f"least {need} cores (a core of its own for each engine rank; the preprocessing "
+            f"workers share them), but this process may use {len(cores)} ({_ranges(cores)}). "
+            "Lower --replicas or --tensor-parallel-size so that replicas x size <= "
+            f"{len(cores)}, or run on a machine with more cores (taskset or a container's CPU "
+            "limit can hide some).")
     share = len(cores) // replicas
     return [ReplicaSlot(i, cores=tuple(cores[i * share:(i + 1) * share]))
             for i in range(replicas)]

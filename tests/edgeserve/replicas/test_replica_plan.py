@@ -38,7 +38,7 @@ def test_two_replicas_on_one_gpu_are_refused_with_what_to_change() -> None:
     with pytest.raises(ConfigError) as e:
         plan_replicas(2, 1, Platform.GPU, cores=range(16), gpus=["0"])
     msg = str(e.value)
-    assert "need 2 GPUs" in msg and "shows 1" in msg and "Lower --replicas to 1" in msg
+    assert "need 2 GPUs" in msg and "shows 1" in msg and "replicas x size <= 1" in msg
     assert "\n" not in msg
 
 
@@ -52,6 +52,12 @@ def test_more_replicas_than_cores_are_refused() -> None:
     with pytest.raises(ConfigError) as e:
         plan_replicas(3, 1, Platform.CPU, cores=[0, 1], gpus=[])
     assert "at least 3 cores" in str(e.value) and "may use 2 (0-1)" in str(e.value)
+
+
+def test_tensor_parallel_ranks_count_as_cores_too() -> None:
+    with pytest.raises(ConfigError, match="tensor-parallel size 4 on vLLM's CPU build need at "
+                                          "least 4 cores"):
+        plan_replicas(1, 4, Platform.CPU, cores=[0, 1], gpus=[])
 
 
 def test_serve_refuses_more_replicas_than_cores_before_starting_anything(tmp_path: Path) -> None:
