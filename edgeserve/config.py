@@ -103,6 +103,7 @@ class EngineOptions:
     enforce_eager: bool = False
     seed: int = 0
     enable_prefix_caching: bool = True
+    tensor_parallel_size: int = 1  # GPUs one engine spreads its model over (vLLM's TP)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -110,6 +111,9 @@ class EngineOptions:
             raise ConfigError(f"engine.max_model_len must be >= 16, got {self.max_model_len}")
         if self.max_num_seqs < 1:
             raise ConfigError(f"engine.max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        if not isinstance(self.tensor_parallel_size, int) or self.tensor_parallel_size < 1:
+            raise ConfigError("engine.tensor_parallel_size must be an integer >= 1, "
+                              f"got {self.tensor_parallel_size!r}")
         g = self.gpu_memory_utilization
         if g is not None and not 0.0 < g <= 1.0:
             raise ConfigError(f"engine.gpu_memory_utilization must be in (0, 1], got {g}")
@@ -144,6 +148,10 @@ class ServeConfig:
     patchify, and vLLM receives ``image_embeds`` (see :mod:`edgeserve.encoder`). ``auto`` (the
     default) and ``engine.dtype`` ``None`` are decided from the machine when the server starts
     (:mod:`edgeserve.auto_defaults`); until then ``workers`` may be ``None``.
+
+    Replicas: with ``replicas`` N > 1 the process serves N whole servers of this configuration
+    behind one endpoint (:mod:`edgeserve.replicas`), each on its own GPUs or cores;
+    ``engine.tensor_parallel_size`` is the GPUs of each one's engine.
     """
 
     model: str = str(DEFAULT_MODEL_DIR)
@@ -186,6 +194,7 @@ class ServeConfig:
     # lifecycle
     warmup: bool = True  # image steps of the largest and common sizes before ready (edgeserve.warmup)
     drain_timeout_s: float = 30.0
+    replicas: int = 1  # engines behind one endpoint (edgeserve.replicas); each a server of its own
     engine: EngineOptions = field(default_factory=EngineOptions)
 
     def __post_init__(self) -> None:
@@ -208,6 +217,8 @@ class ServeConfig:
             if workers < 1:
                 raise ConfigError(f"workers must be >= 1, got {workers}")
             object.__setattr__(self, "workers", workers)
+        if not isinstance(self.replicas, int) or self.replicas < 1:
+            raise ConfigError(f"replicas must be an integer >= 1, got {self.replicas!r}")
         if not 0 < self.port < 65536:
             raise ConfigError(f"port must be in 1..65535, got {self.port}")
         if self.max_engine_queue is None:

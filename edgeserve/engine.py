@@ -207,6 +207,7 @@ class Engine:
             enforce_eager=opts.enforce_eager,
             seed=opts.seed,
             enable_prefix_caching=opts.enable_prefix_caching,
+            tensor_parallel_size=opts.tensor_parallel_size,
             mm_processor_kwargs=self.mm_kwargs,
             disable_log_stats=True,  # no periodic log lines; our logger still receives stats
             enable_logging_iteration_details=True,

@@ -42,6 +42,7 @@ _FIELDS = {
     "kv_cache_memory_bytes": "engine.kv_cache_memory_bytes",
     "enforce_eager": "engine.enforce_eager", "seed": "engine.seed",
     "enable_prefix_caching": "engine.enable_prefix_caching",
+    "replicas": "replicas", "tensor_parallel_size": "engine.tensor_parallel_size",
 }
 
 
@@ -167,6 +168,23 @@ def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
                    "CPU build does), so that its spin-wait during a step leaves the preprocessing "
                    "workers' cores alone; any: leave vLLM's placement "
                    f"(default: {_d('engine_core_placement')})")
+    g = p.add_argument_group("replicas and tensor parallelism")
+    g.add_argument("--replicas", type=int, metavar="N",
+                   help="serve the model as N replicas behind this one endpoint: N whole servers "
+                   "(each its own vLLM engine process and its own preprocessing workers, sized "
+                   "to its share of the cores) on local ports, and a frontend in this process "
+                   "(not the gateway: docs/runtime.md says why) that sends "
+                   "each request to the ready replica with the fewest requests outstanding and "
+                   "retries one refused (503/429) on another. On a GPU host replica i gets "
+                   "CUDA_VISIBLE_DEVICES=i (with --tensor-parallel-size T: GPUs i*T..i*T+T-1), "
+                   "on vLLM's CPU build cores of its own; a layout that does not fit is refused "
+                   "at start. /health is 200 when every replica is ready and lists each; "
+                   "/metrics labels every replica's samples with replica=\"i\"; /v1/events is "
+                   f"each replica's own (see /health for their ports) (default: {_d('replicas')})")
+    g.add_argument("--tensor-parallel-size", type=int, metavar="T",
+                   help="GPUs each engine spreads the model over (vLLM's tensor_parallel_size, "
+                   "passed through; refused at start where the host has fewer GPUs) "
+                   f"(default: {_e('tensor_parallel_size')})")
     g = p.add_argument_group("vLLM engine (passed through)")
     g.add_argument("--max-model-len", type=int, help=f"default: {_e('max_model_len')}")
     g.add_argument("--max-num-seqs", type=int, help=f"default: {_e('max_num_seqs')}")
@@ -221,6 +239,16 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as e:
         say(str(e), error=True)
         return 2
+    if cfg.replicas > 1:
+        return run_replicas(cfg, args)
+    if cfg.engine.tensor_parallel_size > 1:  # its GPUs are counted before the engine starts
+        from edgeserve import replicas
+
+        try:
+            replicas.slots_for(cfg)
+        except ConfigError as e:
+            say(str(e), error=True)
+            return 2
     import asyncio
     import contextlib
     from pathlib import Path
@@ -249,3 +277,26 @@ def run(args: argparse.Namespace) -> int:
     if status:
         say("stopped because the vLLM engine died and no new one could start", error=True)
     return status
+
+
+def run_replicas(cfg: ServeConfig, args: argparse.Namespace) -> int:
+    """``--replicas N``: check that N fit, then the replicas' frontend (edgeserve.replicas)."""
+    from edgeserve import replicas
+    from edgeserve.config import load_config_file
+    from edgeserve.console import install_console_logging
+
+    install_console_logging()
+    try:
+        slots = replicas.slots_for(cfg)
+        workers = args.workers if args.workers is not None else (
+            load_config_file(args.config).get("workers") if args.config else None)
+    except ConfigError as e:
+        say(str(e), error=True)
+        return 2
+    try:
+        return replicas.run(cfg, slots, workers)
+    except OSError as e:  # the port
+        from edgeserve import start_failures
+
+        say(start_failures.explain(e, None, host=cfg.host, port=cfg.port), error=True)
+        return 1

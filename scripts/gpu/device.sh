@@ -6,6 +6,9 @@
 #   scripts/gpu/device.sh run [SERVERS]    install (once), build the random model, run
 #                                          benchmarks/gpu_compare.py for SERVERS (default: all),
 #                                          copy results, logs and traces to $OUT
+#   scripts/gpu/device.sh tp-layouts [STEPS]  on a 2-GPU host: install (once), build qwen2-vl-7b,
+#                                          run benchmarks/tp_layouts.py for STEPS (allreduce,
+#                                          2xTP1, 1xTP2; default all), copy results and logs
 # Settings (environment): SHAPE (qwen2-vl-2b), TOKENS (1280), RATES, DURATION, API_SERVERS.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,6 +20,17 @@ export PYTHONPATH="$SITE:$PWD" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_U
     TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 PY=${PYTHON:-python3}
 
+install_once() {
+    if [[ ! -f "$SITE/.installed" ]]; then
+        $PY -m edgeserve.gpu_harness.install "$STAGE" "$SITE"
+        touch "$SITE/.installed"
+        echo "installed in $(( $(date +%s) - t0 )) s"
+    fi
+    $PY -c 'import torch, vllm; print("vllm", vllm.__version__, "torch", torch.__version__, torch.cuda.get_device_name(), "x", torch.cuda.device_count())'
+    $PY setup.py -q build_ext --inplace --build-temp /tmp/mm-native >/dev/null 2>&1 \
+        && echo "mm_preproc C kernel built" || echo "mm_preproc C kernel not built (numpy path)"
+}
+
 case "${1:-}" in
 stage)
     shopt -s nullglob
@@ -26,16 +40,28 @@ stage)
     [[ -f .gpu/wheels/manifest.json ]] && cp .gpu/wheels/manifest.json "$STAGE"/
     du -sh "$STAGE"
     ;;
+tp-layouts)
+    t0=$(date +%s)
+    install_once
+    MODEL=/tmp/edgeserve_models/qwen2-vl-7b
+    [[ -f "$MODEL/config.json" ]] || $PY -m edgeserve models build-random qwen2-vl-7b --out "$MODEL"
+    args=(--model "$MODEL" --image-tokens "${TOKENS:-1280}" --parts /tmp/edgeserve_tp_layouts
+          --out "$OUT/tp_layouts.json")
+    [[ -n "${2:-}" ]] && args+=(--steps "$2")
+    [[ -n "${RATES:-}" ]] && args+=(--rates "$RATES")
+    [[ -n "${DURATION:-}" ]] && args+=(--duration "$DURATION")
+    rc=0
+    $PY benchmarks/tp_layouts.py "${args[@]}" 2>&1 | tee "$OUT/tp_layouts.log" || rc=$?
+    budget="/tmp/edgeserve_tp_layouts/qwen2-vl-7b-${TOKENS:-1280}tok"
+    mkdir -p "$OUT/logs"
+    cp "$budget"/*.json "$OUT/" 2>/dev/null || true
+    for f in "$budget"/logs/*.log; do [[ -f $f ]] && tail -c 400000 "$f" > "$OUT/logs/$(basename "$f")"; done
+    echo "done in $(( $(date +%s) - t0 )) s, rc $rc"
+    exit $rc
+    ;;
 run)
     t0=$(date +%s)
-    if [[ ! -f "$SITE/.installed" ]]; then
-        $PY -m edgeserve.gpu_harness.install "$STAGE" "$SITE"
-        touch "$SITE/.installed"
-        echo "installed in $(( $(date +%s) - t0 )) s"
-    fi
-    $PY -c 'import torch, vllm; print("vllm", vllm.__version__, "torch", torch.__version__, torch.cuda.get_device_name())'
-    $PY setup.py -q build_ext --inplace --build-temp /tmp/mm-native >/dev/null 2>&1 \
-        && echo "mm_preproc C kernel built" || echo "mm_preproc C kernel not built (numpy path)"
+    install_once
     SHAPE=${SHAPE:-qwen2-vl-2b}
     MODEL=/tmp/edgeserve_models/$SHAPE
     [[ -f "$MODEL/config.json" ]] || $PY -m edgeserve models build-random "$SHAPE" --out "$MODEL"
@@ -56,5 +82,5 @@ run)
     exit $rc
     ;;
 *)
-    sed -n 2,9p "$0"; exit 2 ;;
+    sed -n 2,12p "$0"; exit 2 ;;
 esac

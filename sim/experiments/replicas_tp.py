@@ -43,7 +43,10 @@ RATE_FACTORS = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0)  # the grid around th
 
 @dataclass(slots=True, frozen=True)
 class Traffic:
-    """What arrives: Poisson requests of fixed lengths, optionally with shared prefixes."""
+    """What arrives: Poisson requests of fixed lengths, optionally with shared prefixes, and
+    optionally one image each (``image_tokens`` of the prompt are its tokens, ``source_pixels``
+    the photo's size: the server preprocesses it before the engine, and the encoder runs in the
+    prefill, both priced by the profile)."""
 
     rate_rps: float
     prompt_tokens: int = 1024
@@ -52,6 +55,8 @@ class Traffic:
     prefix_tokens: int = 0  # the first tokens of the prompt shared with other requests
     num_prefixes: int = 1
     seed: int = 0
+    image_tokens: int = 0  # of prompt_tokens, the image's
+    source_pixels: int = 0  # the image's pixels as sent (0: no image)
 
     def __post_init__(self) -> None:
         if not self.rate_rps > 0 or math.isinf(self.rate_rps):
@@ -62,6 +67,8 @@ class Traffic:
             raise ValueError("the shared prefix must be within the prompt")
         if self.num_prefixes < 1:
             raise ValueError("need at least one prefix")
+        if not 0 <= self.image_tokens <= self.prompt_tokens or self.source_pixels < 0:
+            raise ValueError("the image's tokens must be within the prompt, its pixels >= 0")
 
 
 @dataclass(slots=True, frozen=True)
@@ -100,6 +107,8 @@ class Point:
     output_throughput: float
     total_token_throughput: float
     kv_tokens_per_replica: int
+    e2e_p50_s: float = math.inf
+    e2e_p99_s: float = math.inf
     met_slo: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -132,15 +141,18 @@ def simulate(box: BoxProfile, layout: Layout, traffic: Traffic, slo: Slo) -> Poi
 
     for i in range(traffic.requests):
         t = float(times[i])
-        job = Job(RequestRecord(id=str(i), arrived_s=t), None, 0, 0, 0, traffic.prompt_tokens,
+        job = Job(RequestRecord(id=str(i), arrived_s=t), None, traffic.source_pixels,
+                  traffic.source_pixels, traffic.image_tokens, traffic.prompt_tokens,
                   traffic.output_tokens)
-        loop.at(t, arrive, (job, int(prefixes[i])))
+        # the image's preprocessing on the server's many cores: a delay, not a queue
+        loop.at(t + server.preprocess_s(job), arrive, (job, int(prefixes[i])))
     loop.run_until(math.inf)
     spans = [(j.rec.arrived_s, j.rec.first_token_s, j.rec.last_token_s) for j in done]
     ok = [(a, f, e) for a, f, e in spans if f is not None and e is not None]
     out = traffic.output_tokens
     ttft = np.array([f - a for a, f, _ in ok])
     tpot = np.array([(e - f) / (out - 1) for _, f, e in ok]) if out > 1 else np.zeros(len(ok))
+    e2e = np.array([e - a for a, _, e in ok])
     span = max(e for _, _, e in ok) - float(times[0]) if ok else 1.0
     n = len(ok)
     point = Point(
@@ -153,6 +165,8 @@ def simulate(box: BoxProfile, layout: Layout, traffic: Traffic, slo: Slo) -> Poi
         output_throughput=n * out / span,
         total_token_throughput=n * (traffic.prompt_tokens + out) / span,
         kv_tokens_per_replica=server.kv_capacity_tokens,
+        e2e_p50_s=float(np.median(e2e)) if n else math.inf,
+        e2e_p99_s=float(np.percentile(e2e, 99)) if n else math.inf,
     )
     if server.prefix_caches:
         hits = sum(c.hits for c in server.prefix_caches)

@@ -60,3 +60,26 @@ def test_cli_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sim", "replicas-tp", "--box", "dgx-h100", "--rate", "4"]) == 2
     err = capsys.readouterr().err
     assert "no box profile 'dgx-h100'" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_a_lone_photo_request_waits_for_preprocessing_then_the_prefill_with_its_encoder(
+        tp: int) -> None:
+    """A 12 MP photo of 1280 image tokens: TTFT = the server's preprocessing (s per megapixel)
+    + the prefill of the whole prompt + the vision encoder's time per image token, both
+    encoder and prefill split over the TP ranks."""
+    box = load_box_profile(NVLINK_BOX)
+    r = Roofline(box.profile, box.deployment.with_tp(tp))
+    traffic = Traffic(rate_rps=1.0, requests=1, prompt_tokens=1304, output_tokens=48,
+                      image_tokens=1280, source_pixels=12_000_000)
+    p = simulate(box, Layout(2 // tp, tp), traffic, Slo())
+    server = box.profile.server
+    assert p.ttft_p50_s == pytest.approx(
+        12 * server.preprocess_s_per_mpixel + r.prefill_tokens_s(1304)
+        + server.encode_s_per_image_token / tp * 1280, rel=1e-9)
+    assert p.e2e_p50_s == pytest.approx(p.ttft_p50_s + 47 * p.tpot_p50_s, rel=1e-9)
+
+
+def test_an_image_cannot_have_more_tokens_than_its_prompt() -> None:
+    with pytest.raises(ValueError, match="within the prompt"):
+        Traffic(rate_rps=1.0, prompt_tokens=100, image_tokens=200)
