@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,7 +50,7 @@ def test_the_sustained_rate_is_where_ttft_p99_crosses_the_goal() -> None:
 
 
 def test_the_default_is_judged_against_the_best_of_each_figure() -> None:
-    rows = {"a": {"sustained_rps": 2.0, "itl_p99_ms": 12.0},
+    rows: dict[str, dict[str, Any]] = {"a": {"sustained_rps": 2.0, "itl_p99_ms": 12.0},
             "b": {"sustained_rps": 1.85, "itl_p99_ms": 10.0},
             "c": {"sustained_rps": 1.0, "itl_p99_ms": None}}
     v = judge(rows, "b")  # 7.5 % below the best rate, its ITL the best
