@@ -24,7 +24,7 @@ model name and its flags that decide the choice (avx2, avx512f, avx512_bf16, amx
 JSON, a printed table and a PNG (TTFT p99 and ITL p99 against rate) go to ``--out``.
 
     python benchmarks/defaults.py                   # about 20 min on 2 cores, tiny model
-    python benchmarks/defaults.py --point-s 10 --fractions 0.5,1.0 --probe-requests 6   # a try-out
+    python benchmarks/defaults.py --short          # a try-out
 """
 
 from __future__ import annotations
@@ -243,7 +243,8 @@ def plot(rows: dict[str, dict[str, Any]], default_label: str, slo_s: float, titl
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--images", default="12mp", help="edgeserve bench --images mix (default 12mp)")
     p.add_argument("--output-len", default="32", help="output tokens per request (default 32)")
     p.add_argument("--fractions", default="0.5,0.8,1.1",
@@ -253,11 +254,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="seconds of arrivals per rate (default 30)")
     p.add_argument("--probe-requests", type=int, default=16,
                    help="requests of the closed-loop probe (default 16)")
-    p.add_argument("--probe-concurrency", type=int, default=4, help="default 4")
+    p.add_argument("--probe-concurrency", type=int, default=4,
+                   help="requests in flight during the probe (default 4)")
     p.add_argument("--ttft-slo-s", type=float, default=3.0, help="TTFT p99 goal (default 3 s)")
-    p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--out", type=Path, default=Path("results/defaults"))
+    p.add_argument("--seed", type=int, default=7, help="images and arrivals (default 7)")
+    p.add_argument("--short", action="store_true",
+                   help="a try-out: rates 0.5 and 1.0 of the probe, 10 s each, a 6-request probe")
+    p.add_argument("--out", type=Path, default=Path("results/defaults"),
+                   help="folder for the report, the PNG and the servers' logs "
+                        "(default results/defaults)")
     args = p.parse_args(argv)
+    if args.short:
+        args.fractions, args.point_s, args.probe_requests = "0.5,1.0", 10.0, 6
     try:
         args.fractions = sorted(float(f) for f in args.fractions.split(","))
     except ValueError:

@@ -440,27 +440,30 @@ def default_engine_kill_s(duration_s: float, every_s: float) -> float:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--duration", type=float, default=180.0, help="seconds of load")
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--duration", type=float, default=180.0, help="seconds of load (default 180)")
     p.add_argument("--worker-kill-every-s", type=float, default=30.0,
-                   help="SIGKILL a preprocessing worker this often")
+                   help="SIGKILL a preprocessing worker this often, in seconds (default 30)")
     p.add_argument("--engine-kill-at-s", type=float,
                    help="SIGKILL vLLM's EngineCore this many seconds into the load (default: "
                         "half-way between the worker kills around the middle)")
     p.add_argument("--short", action="store_true",
                    help="a try-out: 60 s of load, a worker every 15 s, a 15 s probe")
-    p.add_argument("--images", default="1mp", help="edgeserve bench --images mix")
-    p.add_argument("--output-len", default="16", help="output tokens per request")
+    p.add_argument("--images", default="1mp", help="edgeserve bench --images mix (default 1mp)")
+    p.add_argument("--output-len", default="16", help="output tokens per request (default 16)")
     p.add_argument("--sustainable-rate", type=float, help="req/s; default: measured by a probe")
-    p.add_argument("--probe-s", type=float, default=30.0, help="seconds of the rate probe")
-    p.add_argument("--probe-concurrency", type=int, default=4)
+    p.add_argument("--probe-s", type=float, default=30.0, help="seconds of the rate probe (default 30)")
+    p.add_argument("--probe-concurrency", type=int, default=4,
+                   help="requests in flight during the probe (default 4)")
     p.add_argument("--load-fraction", type=float, default=0.6,
-                   help="offered rate as a fraction of the sustainable one")
+                   help="offered rate as a fraction of the sustainable one (default 0.6)")
     p.add_argument("--retry-for-s", type=float, default=60.0,
                    help="send a refused request (429/503 with Retry-After, before its stream "
-                        "began) again for up to this long; 0: never")
-    p.add_argument("--out", type=Path, default=Path("results/serve_chaos"))
+                        "began) again for up to this many seconds; 0: never (default 60)")
+    p.add_argument("--out", type=Path, default=Path("results/serve_chaos"),
+                   help="folder for the JSON Lines, the report and the PNG "
+                        "(default results/serve_chaos)")
     args = p.parse_args(argv)
     if args.short:
         args.duration, args.worker_kill_every_s, args.probe_s = 60.0, 15.0, 15.0
