@@ -224,7 +224,8 @@ async def load(url: str, rate_rps: float, duration_s: float, workload: WorkloadC
                answers_path: Path, t0: float, retry_for_s: float, seed: int = 7) -> int:
     """Poisson arrivals at ``rate_rps`` for ``duration_s``; each answer to ``answers_path``.
     Refusals with Retry-After are sent again for up to ``retry_for_s``. Returns how many
-    requests never got a final answer (still open two minutes after the last send)."""
+    requests never got a final answer (still open ``retry_for_s`` + 120 s after the last
+    send)."""
     import aiohttp
 
     model = await fetch_model_id(url)
@@ -273,14 +274,14 @@ async def load(url: str, rate_rps: float, duration_s: float, workload: WorkloadC
             next_s += float(rng.exponential(1.0 / rate_rps))
         maker.stop.set()
         if tasks:
-            await asyncio.wait(tasks, timeout=120)
+            await asyncio.wait(tasks, timeout=retry_for_s + 120)
         unanswered = len(open_requests)
         for t in tasks:
             t.cancel()
     for j in sorted(open_requests):  # no answer by the end: lost
         sink.write(json.dumps({"i": j, "attempt": -1, "sent_s": None, "end_s": None,
                                "outcome": "lost", "code": 0, "in_stream": False,
-                               "reason": "no answer 120 s after the last send",
+                               "reason": "no answer by the end",
                                "retry_after_s": None, "ttft_s": None}) + "\n")
     sink.close()
     return unanswered
@@ -297,14 +298,17 @@ def summarize(answers: list[dict[str, Any]], events: list[dict[str, Any]]) -> di
         by_request.setdefault(a["i"], []).append(a)
     finals = {i: max(v, key=lambda a: a["attempt"] if a["attempt"] >= 0 else 1e9)
               for i, v in by_request.items()}
+    first_sent = {i: min((a["sent_s"] for a in v if a["sent_s"] is not None), default=None)
+                  for i, v in by_request.items()}
     kill = next((e for e in events if e["kind"] == "engine_kill"), None)
     kill_s = kill["t_s"] if kill else None
     failed = [a for a in finals.values() if a["outcome"] == "failed"]
     lost = [a for a in finals.values() if a["outcome"] == "lost"]
 
     def held_by_dead_engine(a: dict[str, Any]) -> bool:
-        return (kill_s is not None and a["code"] == 503 and a["sent_s"] is not None
-                and a["sent_s"] <= kill_s <= a["end_s"])
+        sent_s = first_sent[a["i"]]
+        return (kill_s is not None and a["code"] == 503 and sent_s is not None
+                and sent_s <= kill_s <= a["end_s"])
 
     not_allowed = [a for a in failed if not held_by_dead_engine(a)]
     answers_by_code = Counter(str(a["code"]) for a in answers)
@@ -334,9 +338,11 @@ def summarize(answers: list[dict[str, Any]], events: list[dict[str, Any]]) -> di
         "lost": len(lost),
         "lost_detail": [f"request {a['i']}: {a['reason']}" for a in lost][:20],
         "failed_held_by_dead_engine": len(failed) - len(not_allowed),
+        "failed_with_a_killed_worker": sum(a["code"] == 500 and "preprocessing worker" in
+                                           a["reason"] and "died" in a["reason"] for a in failed),
         "failures_not_allowed": len(not_allowed),
-        "failures_not_allowed_detail": [f"request {a['i']} at {a['sent_s']} s: {a['code']} "
-                                        f"{a['reason']}" for a in not_allowed][:20],
+        "failures_not_allowed_detail": [f"request {a['i']} sent at {first_sent[a['i']]} s: "
+                                        f"{a['code']} {a['reason']}" for a in not_allowed][:20],
         "worker_kills": sum(e["kind"] == "worker_kill" for e in events),
         "worker_kills_busy": sum(e["kind"] == "worker_kill" and e["busy"] for e in events),
         "engine_killed_at_s": kill_s,
@@ -379,11 +385,19 @@ def plot(answers: list[dict[str, Any]], events: list[dict[str, Any]], duration_s
     ax.scatter([a["sent_s"] for a in ok], [a["ttft_s"] for a in ok], s=8, color="tab:green",
                label="succeeded (TTFT)")
     top = max([a["ttft_s"] for a in ok] + [1.0]) * 1.15
+    last_attempt: dict[int, int] = {}
+    for a in answers:
+        last_attempt[a["i"]] = max(last_attempt.get(a["i"], -1), a["attempt"])
+    final = [a for a in answers if a["attempt"] == last_attempt[a["i"]] and a["attempt"] >= 0]
+    refused = [a for a in answers if a["attempt"] < last_attempt[a["i"]]]
+    if refused:
+        ax.scatter([a["sent_s"] for a in refused], [top * 0.95] * len(refused), marker="|",
+                   color="tab:orange", label="refused (429/503 + Retry-After), sent again")
     colors = {503: "tab:red", 429: "tab:orange", 500: "tab:purple"}
-    for code in sorted({a["code"] for a in answers if a["outcome"] == "failed"}):
-        xs = [a["sent_s"] for a in answers if a["outcome"] == "failed" and a["code"] == code]
+    for code in sorted({a["code"] for a in final if a["outcome"] == "failed"}):
+        xs = [a["sent_s"] for a in final if a["outcome"] == "failed" and a["code"] == code]
         ax.scatter(xs, [top] * len(xs), marker="x", color=colors.get(code, "black"),
-                   label=f"answered {code}")
+                   label=f"failed: {code}")
     lost = [a for a in answers if a["outcome"] == "lost" and a["sent_s"] is not None]
     if lost:
         ax.scatter([a["sent_s"] for a in lost], [top * 1.05] * len(lost), marker="v",
@@ -404,6 +418,9 @@ def plot(answers: list[dict[str, Any]], events: list[dict[str, Any]], duration_s
         elif e["status"] == 200 and down is not None:
             ax.axvspan(down, e["t_s"], color="tab:red", alpha=0.1)
             down = None
+    end_s = max([a["end_s"] for a in answers if a["end_s"] is not None] + [duration_s])
+    if down is not None:
+        ax.axvspan(down, end_s, color="tab:red", alpha=0.1)
     ax.plot([], [], color="grey", ls="--", label="worker SIGKILL")
     ax.plot([], [], color="tab:red", label="EngineCore SIGKILL")
     ax.fill_between([], [], color="tab:red", alpha=0.1, label="/health not ready")
@@ -411,10 +428,12 @@ def plot(answers: list[dict[str, Any]], events: list[dict[str, Any]], duration_s
     ax.set_title("edgeserve serve (defaults) under load while its processes are killed")
     ax.legend(fontsize=7, loc="upper left", ncol=3)
     ax.grid(alpha=0.3)
-    bins = np.arange(0, duration_s + 5, 5.0)
+    bins = np.arange(0, end_s + 5, 5.0)
     bx.hist([[a["end_s"] for a in answers if a["outcome"] == "ok"],
-             [a["end_s"] for a in answers if a["outcome"] != "ok" and a["end_s"] is not None]],
-            bins=bins, stacked=True, color=["tab:green", "tab:red"], label=["ok", "not ok"])
+             [a["end_s"] for a in refused],
+             [a["end_s"] for a in final if a["outcome"] != "ok" and a["end_s"] is not None]],
+            bins=bins, stacked=True, color=["tab:green", "tab:orange", "tab:red"],
+            label=["succeeded", "refused, sent again", "failed or lost"])
     bx.set_ylabel("answers / 5 s")
     bx.set_xlabel("seconds since the load started")
     bx.legend(fontsize=7)
@@ -458,9 +477,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="requests in flight during the probe (default 4)")
     p.add_argument("--load-fraction", type=float, default=0.6,
                    help="offered rate as a fraction of the sustainable one (default 0.6)")
-    p.add_argument("--retry-for-s", type=float, default=60.0,
+    p.add_argument("--retry-for-s", type=float, default=300.0,
                    help="send a refused request (429/503 with Retry-After, before its stream "
-                        "began) again for up to this many seconds; 0: never (default 60)")
+                        "began) again for up to this many seconds; 0: never (default 300)")
     p.add_argument("--out", type=Path, default=Path("results/serve_chaos"),
                    help="folder for the JSON Lines, the report and the PNG "
                         "(default results/serve_chaos)")

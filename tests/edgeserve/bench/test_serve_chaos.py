@@ -53,8 +53,9 @@ def test_the_dead_engines_held_requests_are_the_only_excused_failures() -> None:
     assert s["answers_by_code"] == {"200": 3, "500": 1, "503": 4, "0": 1}
     assert s["answers_503_by_reason"] == {ENGINE_DIED: 2, RESTARTING: 2}
     assert (s["lost"], s["failed_held_by_dead_engine"], s["failures_not_allowed"]) == (1, 2, 1)
+    assert s["failed_with_a_killed_worker"] == 1
     assert s["failures_not_allowed_detail"] == [
-        "request 1 at 29.5 s: 500 preprocessing worker 0 (pid 11) died"]
+        "request 1 sent at 29.5 s: 500 preprocessing worker 0 (pid 11) died"]
     # request 5 (sent after the kill) is the first to succeed: 7.8 s after the engine died
     assert s["first_success_after_engine_death"] == {"sent_s_after_kill": 5.0,
                                                      "succeeded_s_after_kill": 7.8}
