@@ -379,7 +379,7 @@ def plot(answers: list[dict[str, Any]], events: list[dict[str, Any]], duration_s
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax, bx) = plt.subplots(2, 1, figsize=(10, 6), sharex=True,
+    fig, (ax, bx) = plt.subplots(2, 1, figsize=(12, 6), sharex=True,
                                  gridspec_kw={"height_ratios": [3, 1]})
     ok = [a for a in answers if a["outcome"] == "ok"]
     ax.scatter([a["sent_s"] for a in ok], [a["ttft_s"] for a in ok], s=8, color="tab:green",
@@ -389,13 +389,14 @@ def plot(answers: list[dict[str, Any]], events: list[dict[str, Any]], duration_s
     for a in answers:
         last_attempt[a["i"]] = max(last_attempt.get(a["i"], -1), a["attempt"])
     final = [a for a in answers if a["attempt"] == last_attempt[a["i"]] and a["attempt"] >= 0]
+    first_sent = {a["i"]: a["sent_s"] for a in answers if a["attempt"] == 0}
     refused = [a for a in answers if a["attempt"] < last_attempt[a["i"]]]
     if refused:
         ax.scatter([a["sent_s"] for a in refused], [top * 0.95] * len(refused), marker="|",
                    color="tab:orange", label="refused (429/503 + Retry-After), sent again")
     colors = {503: "tab:red", 429: "tab:orange", 500: "tab:purple"}
     for code in sorted({a["code"] for a in final if a["outcome"] == "failed"}):
-        xs = [a["sent_s"] for a in final if a["outcome"] == "failed" and a["code"] == code]
+        xs = [first_sent[a["i"]] for a in final if a["outcome"] == "failed" and a["code"] == code]
         ax.scatter(xs, [top] * len(xs), marker="x", color=colors.get(code, "black"),
                    label=f"failed: {code}")
     lost = [a for a in answers if a["outcome"] == "lost" and a["sent_s"] is not None]
@@ -426,7 +427,7 @@ def plot(answers: list[dict[str, Any]], events: list[dict[str, Any]], duration_s
     ax.fill_between([], [], color="tab:red", alpha=0.1, label="/health not ready")
     ax.set_ylabel("TTFT (s)")
     ax.set_title("edgeserve serve (defaults) under load while its processes are killed")
-    ax.legend(fontsize=7, loc="upper left", ncol=3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(alpha=0.3)
     bins = np.arange(0, end_s + 5, 5.0)
     bx.hist([[a["end_s"] for a in answers if a["outcome"] == "ok"],
@@ -436,7 +437,7 @@ def plot(answers: list[dict[str, Any]], events: list[dict[str, Any]], duration_s
             label=["succeeded", "refused, sent again", "failed or lost"])
     bx.set_ylabel("answers / 5 s")
     bx.set_xlabel("seconds since the load started")
-    bx.legend(fontsize=7)
+    bx.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
