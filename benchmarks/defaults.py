@@ -12,7 +12,7 @@ photographs (``--images``), each a new image, at the model's full image budget (
    combination it resolved to (dtype, encoder, workers). A closed-loop probe of
    ``--probe-requests`` at ``--probe-concurrency`` measures what it completes per second.
 2. The sweep's rates are ``--fractions`` of that; each point offers ``--point-s`` seconds of
-   arrivals and waits for every answer. The default server runs its sweep; then each other
+   arrivals and waits for every answer; a server's sweep ends at its first rate over the goal. The default server runs its sweep; then each other
    combination starts with ``--dtype D --encoder E`` and runs the same sweep on the same bodies.
 
 Per combination the report gives the **sustained rate**: the offered rate at which TTFT p99
@@ -167,7 +167,9 @@ def judge(rows: dict[str, dict[str, Any]], default_label: str) -> dict[str, Any]
 
 
 async def sweep(url: str, bodies: list[list[PreparedRequest]], rates: list[float],
-                point_s: float, seed: int) -> list[Point]:
+                point_s: float, seed: int, slo_s: float) -> list[Point]:
+    """The rates in increasing order, up to the first that misses the TTFT goal (the sustained
+    rate is then bracketed; a higher rate would only add a backlog to drain)."""
     points = []
     for k, (rate, reqs) in enumerate(zip(rates, bodies, strict=True)):
         offsets = arrival_offsets_s(ArrivalConfig(rate_rps=rate, num_requests=len(reqs),
@@ -177,6 +179,8 @@ async def sweep(url: str, bodies: list[list[PreparedRequest]], rates: list[float
         print(f"    {rate:5.2f} req/s: {p.ok}/{p.sent} ok, TTFT p99 "
               f"{fmt_ms(p.ttft_p99_s)}, ITL p99 {fmt_ms(p.itl_p99_s)}", flush=True)
         points.append(p)
+        if not passes(p, slo_s):
+            break
         await asyncio.sleep(2.0)  # let the backlog of the point clear
     return points
 
@@ -312,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
             bodies.append(prepare_requests(workload, n, model, first_number=first))
             first += n
         print(f"[{default.label}] (the default)", flush=True)
-        points = asyncio.run(sweep(server.url, bodies, rates, args.point_s, args.seed))
+        points = asyncio.run(sweep(server.url, bodies, rates, args.point_s, args.seed,
+                                   args.ttft_slo_s))
         rows[default.label] = row_of(default, workers, start_s, points, args.ttft_slo_s)
     finally:
         server.stop()
@@ -324,7 +329,8 @@ def main(argv: list[str] | None = None) -> int:
             if started != combo:
                 raise RuntimeError(f"asked for {combo.label}, the server says {started.label}")
             print(f"[{combo.label}] {workers} worker(s), started in {start_s:.0f} s", flush=True)
-            points = asyncio.run(sweep(server.url, bodies, rates, args.point_s, args.seed))
+            points = asyncio.run(sweep(server.url, bodies, rates, args.point_s, args.seed,
+                                       args.ttft_slo_s))
             rows[combo.label] = row_of(combo, workers, start_s, points, args.ttft_slo_s)
         finally:
             server.stop()
