@@ -166,12 +166,28 @@ def judge(rows: dict[str, dict[str, Any]], default_label: str) -> dict[str, Any]
             "default_itl_within_20pct": bool(itl_ok)}
 
 
-async def sweep(url: str, bodies: list[list[PreparedRequest]], rates: list[float],
-                point_s: float, seed: int, slo_s: float) -> list[Point]:
+class Bodies:
+    """The requests of each rate of the sweep, built the first time a server needs them (while
+    no load runs) and the same for every server; each request has an image of its own."""
+
+    def __init__(self, workload: WorkloadConfig, model: str, counts: list[int]) -> None:
+        self.workload, self.model, self.counts = workload, model, counts
+        self.built: dict[int, list[PreparedRequest]] = {}
+
+    def of(self, k: int) -> list[PreparedRequest]:
+        if k not in self.built:
+            self.built[k] = prepare_requests(self.workload, self.counts[k], self.model,
+                                             first_number=sum(self.counts[:k]))
+        return self.built[k]
+
+
+async def sweep(url: str, bodies: Bodies, rates: list[float], point_s: float, seed: int,
+                slo_s: float) -> list[Point]:
     """The rates in increasing order, up to the first that misses the TTFT goal (the sustained
     rate is then bracketed; a higher rate would only add a backlog to drain)."""
     points = []
-    for k, (rate, reqs) in enumerate(zip(rates, bodies, strict=True)):
+    for k, rate in enumerate(rates):
+        reqs = await asyncio.to_thread(bodies.of, k)
         offsets = arrival_offsets_s(ArrivalConfig(rate_rps=rate, num_requests=len(reqs),
                                                   seed=seed + k)).tolist()
         run = await run_load(url, reqs, offsets, progress=False, request_timeout_s=300)
@@ -251,9 +267,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--images", default="12mp", help="edgeserve bench --images mix (default 12mp)")
     p.add_argument("--output-len", default="32", help="output tokens per request (default 32)")
-    p.add_argument("--fractions", default="0.5,0.8,1.1",
+    p.add_argument("--fractions", default="0.5,0.8,1.1,1.4",
                    help="the sweep's rates as fractions of the default server's probed rate "
-                        "(default 0.5,0.8,1.1)")
+                        "(default 0.5,0.8,1.1,1.4)")
     p.add_argument("--point-s", type=float, default=30.0,
                    help="seconds of arrivals per rate (default 30)")
     p.add_argument("--probe-requests", type=int, default=16,
@@ -310,11 +326,8 @@ def main(argv: list[str] | None = None) -> int:
         rates = [round(f * capacity, 3) for f in args.fractions]
         counts = [max(2, round(r * args.point_s)) for r in rates]
         print(f"probe: {capacity:.2f} req/s; sweep {', '.join(f'{r:g}' for r in rates)} req/s, "
-              f"{args.point_s:g} s each; building {sum(counts)} requests …", flush=True)
-        bodies, first = [], 0
-        for n in counts:
-            bodies.append(prepare_requests(workload, n, model, first_number=first))
-            first += n
+              f"{args.point_s:g} s each", flush=True)
+        bodies = Bodies(workload, model, counts)
         print(f"[{default.label}] (the default)", flush=True)
         points = asyncio.run(sweep(server.url, bodies, rates, args.point_s, args.seed,
                                    args.ttft_slo_s))
