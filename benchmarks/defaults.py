@@ -252,6 +252,7 @@ def plot(rows: dict[str, dict[str, Any]], default_label: str, slo_s: float, titl
     ax.axhline(slo_s, color="grey", ls="--", lw=0.8)
     ax.set_ylabel("TTFT p99 (s)")
     bx.set_ylabel("ITL p99 (ms)")
+    bx.set_yscale("log")
     for a in (ax, bx):
         a.set_xlabel("offered rate (req/s, 12 MP photos)")
         a.grid(alpha=0.3)
@@ -270,8 +271,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fractions", default="0.5,0.8,1.1,1.4",
                    help="the sweep's rates as fractions of the default server's probed rate "
                         "(default 0.5,0.8,1.1,1.4)")
-    p.add_argument("--point-s", type=float, default=30.0,
-                   help="seconds of arrivals per rate (default 30)")
+    p.add_argument("--point-s", type=float, default=20.0,
+                   help="seconds of arrivals per rate (default 20)")
     p.add_argument("--probe-requests", type=int, default=16,
                    help="requests of the closed-loop probe (default 16)")
     p.add_argument("--probe-concurrency", type=int, default=4,
