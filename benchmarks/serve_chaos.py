@@ -22,8 +22,8 @@ server said not ready. Requests, answers and events stream to JSON Lines in ``--
   or no answer by the end) — must be 0;
 * whether every failure is a 503 of a request the engine held when it died (the only failures
   allowed);
-* the time from the engine's death until a request sent after it succeeds, and until /health
-  said ready again;
+* the time from the engine's death until a request sent after it succeeds, until /health
+  said ready again, and the restart's duration by the server's own line;
 * /dev/shm: the server's segments and vLLM's queues the dead engine left behind, and what is
   left once the server has stopped — must be nothing.
 
@@ -39,6 +39,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -540,7 +541,10 @@ def main(argv: list[str] | None = None) -> int:
         code = server.stop()
     shm["left_after_stop"] = sorted((vllm_queues() - queues_before) | set(server_segments(pid)))
     summary = summarize(read_jsonl(answers_path), read_jsonl(events_path))
-    summary |= {"shm": shm, "server_exit_code": code, "sustainable_rps": round(rate, 3),
+    restarted = re.search(r"a new vLLM engine serves \(restart \d+, ([0-9.]+) s after",
+                          server.log_path.read_text(errors="replace"))
+    summary |= {"shm": shm, "server_exit_code": code,
+                "server_restart_s": float(restarted[1]) if restarted else None, "sustainable_rps": round(rate, 3),
                 "offered_rps": round(offered, 3), "images": args.images,
                 "duration_s": args.duration, "worker_kill_every_s": args.worker_kill_every_s,
                 "loadavg_1m_after": os.getloadavg()[0]}
