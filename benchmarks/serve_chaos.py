@@ -7,8 +7,9 @@ of it as Poisson arrivals of photographs (``--images``, a new image in every req
 
 * every ``--worker-kill-every-s`` seconds a preprocessing worker gets SIGKILL (a busy one when
   /health shows one, so that a job is lost with it; the pool starts a new worker);
-* once, at ``--engine-kill-at-s``, vLLM's EngineCore gets SIGKILL (found by psutil in the
-  server's process tree); the server fails the requests the engine held with 503, starts a new
+* once, at ``--engine-kill-at-s`` (or up to 10 s later, at the first moment /health shows the
+  engine running a request), vLLM's EngineCore gets SIGKILL (found by psutil in the server's
+  process tree); the server fails the requests the engine held with 503, starts a new
   engine and serves again.
 
 The client behaves as a client should: an answer of 429 or 503 with ``Retry-After`` before any
@@ -63,6 +64,7 @@ from edgeserve.bench.workload import WorkloadConfig
 
 SHM = Path("/dev/shm")
 RETRYABLE = (429, 503)
+ENGINE_BUSY_WAIT_S = 10.0
 
 
 def vllm_queues() -> set[str]:
@@ -178,13 +180,22 @@ class Killer(threading.Thread):
             self.events.write("worker_kill_skipped", reason=f"pid {w['pid']} already gone")
 
     def kill_engine(self) -> None:
+        # at the first moment the engine holds a request (up to ENGINE_BUSY_WAIT_S): its death
+        # then has requests to fail, the case under test
+        deadline = time.perf_counter() + ENGINE_BUSY_WAIT_S
+        running = 0
+        while time.perf_counter() < deadline and not self.stop.is_set():
+            running = int(get_health(self.server.url)[1].get("engine", {}).get("running", 0))
+            if running:
+                break
+            time.sleep(0.05)
         core = engine_core(self.server.pid)
         if core is None:
             self.events.write("engine_kill_skipped", reason="no EngineCore in the process tree")
             return
         self.dead_engine_queues = vllm_queues() - self.queues_before
         core.kill()
-        self.events.write("engine_kill", pid=core.pid)
+        self.events.write("engine_kill", pid=core.pid, engine_running=running)
 
 
 def reason_of(r: RequestResult) -> str:
@@ -347,6 +358,7 @@ def summarize(answers: list[dict[str, Any]], events: list[dict[str, Any]]) -> di
         "worker_kills": sum(e["kind"] == "worker_kill" for e in events),
         "worker_kills_busy": sum(e["kind"] == "worker_kill" and e["busy"] for e in events),
         "engine_killed_at_s": kill_s,
+        "engine_running_at_kill": kill.get("engine_running") if kill else None,
         "first_success_after_engine_death": first_ok_after,
         "health_not_ready_s_after_kill": (round(not_ready[0]["t_s"] - kill_s, 3)
                                           if not_ready and kill_s is not None else None),
