@@ -23,7 +23,7 @@ sustained rate is within 10 % of the best and its ITL p99 within 20 % of the bes
 model name and its flags that decide the choice (avx2, avx512f, avx512_bf16, amx) go with it.
 JSON, a printed table and a PNG (TTFT p99 and ITL p99 against rate) go to ``--out``.
 
-    python benchmarks/defaults.py                   # about 20 min on 2 cores, tiny model
+    python benchmarks/defaults.py                   # 8 min on a 2-core Zen 4, tiny model
     python benchmarks/defaults.py --short          # a try-out
 """
 

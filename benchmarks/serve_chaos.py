@@ -30,7 +30,7 @@ server said not ready. Requests, answers and events stream to JSON Lines in ``--
 
 A PNG timeline (request outcomes over time, the kills, the not-ready span) goes next to it.
 
-    python benchmarks/serve_chaos.py                 # 180 s, a worker every 30 s, the engine once
+    python benchmarks/serve_chaos.py                 # 180 s of load, about 5 min in all
     python benchmarks/serve_chaos.py --short         # 60 s, a worker every 15 s: to try it
 """
 
