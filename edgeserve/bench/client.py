@@ -34,6 +34,9 @@ class RequestResult:
     ok: bool = False
     error: str = ""
     http_status: int = 0
+    error_code: int = 0  # the status an error carried: the HTTP status, or an in-stream error's code
+    retry_after_s: float | None = None  # the Retry-After header of a refusal
+    stream_done: bool = False  # the stream ended with ``data: [DONE]`` (not cut off)
     start_s: float = 0.0  # perf_counter at send, for timelines
     ttft_s: float = 0.0
     e2e_s: float = 0.0
@@ -84,6 +87,10 @@ async def send_chat(
             if resp.status != 200:
                 detail = (await resp.text())[:300]
                 result.error = f"HTTP {resp.status}: {detail}"
+                result.error_code = resp.status
+                retry_after = resp.headers.get("Retry-After", "")
+                if retry_after.replace(".", "", 1).isdigit():
+                    result.retry_after_s = float(retry_after)
                 return result
             buffer = b""
             async for chunk in resp.content.iter_any():
@@ -96,10 +103,13 @@ async def send_chat(
                         continue  # SSE comments (": ping"), event names, blank separators
                     payload = line[5:].strip()
                     if payload == b"[DONE]":
+                        result.stream_done = True
                         continue
                     data = json.loads(payload)
                     if "error" in data and not data.get("choices"):
                         result.error = f"stream error: {str(data['error'])[:300]}"
+                        code = data["error"].get("code") if isinstance(data["error"], dict) else None
+                        result.error_code = int(code) if isinstance(code, int) else 0
                         return result
                     choices = data.get("choices") or []
                     if choices:

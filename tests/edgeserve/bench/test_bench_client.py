@@ -27,6 +27,18 @@ async def scripted(request: web.Request) -> web.StreamResponse:
     body = await request.json()
     if body.get("model") == "busy":
         return web.json_response({"error": "queue full"}, status=429, headers={"Retry-After": "1"})
+    if body.get("model") == "dying":  # the engine dies after the first token
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(chunk({"content": "a"}))
+        await resp.write(b"data: " + json.dumps({"error": {"message": "the engine has died",
+                                                           "code": 503}}).encode() + b"\n\n")
+        return resp
+    if body.get("model") == "cut":  # the connection ends mid-stream, without an error
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(chunk({"content": "a"}))
+        return resp
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
     await resp.write(chunk({"role": "assistant", "content": ""}))
@@ -63,6 +75,7 @@ async def test_ttft_waits_for_text_not_for_the_role_chunk(url: str) -> None:
     assert r.itl_s == pytest.approx([0.1, 0.1, 0.1], abs=0.05)
     assert (r.prompt_tokens, r.output_tokens, r.text) == (17, 4, "abcd")
     assert r.tpot_s == pytest.approx((r.e2e_s - r.ttft_s) / 3)
+    assert r.stream_done and r.error_code == 0
 
 
 async def test_a_refused_request_fails_with_its_status_and_message(url: str) -> None:
@@ -71,6 +84,16 @@ async def test_a_refused_request_fails_with_its_status_and_message(url: str) -> 
     assert not r.ok
     assert r.http_status == 429
     assert r.error.startswith("HTTP 429") and "queue full" in r.error
+    assert (r.error_code, r.retry_after_s) == (429, 1.0)
+
+
+async def test_an_error_in_the_stream_keeps_its_code_and_a_cut_stream_is_not_done(url: str) -> None:
+    async with aiohttp.ClientSession() as s:
+        died = await send_chat(s, url, json.dumps({"model": "dying"}).encode(), RequestResult(0))
+        cut = await send_chat(s, url, json.dumps({"model": "cut"}).encode(), RequestResult(1))
+    assert not died.ok and (died.http_status, died.error_code) == (200, 503)
+    assert "the engine has died" in died.error and not died.stream_done
+    assert cut.ok and not cut.stream_done  # tokens came, but the stream never said [DONE]
 
 
 async def test_an_unreachable_server_is_a_failed_request_not_an_exception() -> None:
