@@ -21,16 +21,14 @@ embedded once for both: cache → route → policy.
 
 from __future__ import annotations
 
-import json
 import time
-from typing import Any
 
 import numpy as np
 from aiohttp import web
 
 from edgeserve.gateway.config import SMALL, Place
-from edgeserve.gateway.downgrade import downscale_images
 from edgeserve.gateway.live_job import build_job, request_text
+from edgeserve.gateway.outgoing import Outgoing
 from edgeserve.gateway.pii import mask
 from edgeserve.gateway.question_guard import Question
 from edgeserve.gateway.semantic_cache import Hit, context_key
@@ -83,8 +81,9 @@ async def handle_chat(state: GatewayState, request: web.Request) -> web.StreamRe
         _record(state, rec)
         return error(400, str(e), "invalid_request_error")
     job = build_job(req, rec, state.device)
-    vector = state.embedder.embed(request_text(req)) if state.embedder is not None else None
-    key = cache_key(state, req, vector)
+    text = request_text(req) if state.embedder is not None else ""
+    vector = state.embedder.embed(text) if state.embedder is not None else None
+    key = cache_key(state, req, text, vector)
     if key is not None and state.cache is not None:
         hit = state.cache.lookup(*key)
         if hit is not None:
@@ -92,10 +91,8 @@ async def handle_chat(state: GatewayState, request: web.Request) -> web.StreamRe
     decision = decide(state, job, vector)
     if decision.placement is Placement.DROP:
         return _finish_drop(state, rec, decision.reason)
-    doc = json.loads(body)
-    if decision.resolution_scale < 1.0:
-        downscale_images(doc, decision.resolution_scale)
-    return await forward(state, request, req, doc, decision, job, key)
+    out = Outgoing(body, req.model, decision.resolution_scale)
+    return await forward(state, request, req, out, decision, job, key)
 
 
 def validate(body: bytes, max_images: int, max_image_bytes: int) -> ChatRequest:
@@ -148,19 +145,22 @@ def decide(state: GatewayState, job: Job, vector: np.ndarray | None = None) -> D
 
 
 async def forward(state: GatewayState, request: web.Request, req: ChatRequest,
-                  doc: dict[str, Any], decision: Decision, job: Job,
+                  out: Outgoing, decision: Decision, job: Job,
                   key: tuple[str, np.ndarray, Question] | None) -> web.StreamResponse:
-    """Try the plan's targets in order until one answers; record the outcome."""
+    """Try the plan's targets in order until one answers; record the outcome. A target with
+    models of its own gets its model's id in the body; one without keeps the model the body
+    names (the client's, or the last target's)."""
     rec, m = job.rec, state.metrics
     size = SMALL if decision.model is not None else None
     failures: list[str] = []
+    model_now = req.model
     for target in plan(state, decision):
         model = target.model_for(size, req.model)
         if model is not None:
-            doc["model"] = model
-        rec.model = doc.get("model")
+            model_now = model
+        rec.model = model_now
         rec.attempts.append(target.label)
-        out_body = json.dumps(doc).encode()
+        out_body = out.body_for(model_now)
         queue_seen = target.queue_len
         extra = {"X-Edgeserve-Placement": target.label,
                  "X-Edgeserve-Decision-Reason": decision.reason}
@@ -182,7 +182,7 @@ async def forward(state: GatewayState, request: web.Request, req: ChatRequest,
         target.calls += 1
         _fill(rec, target, res)
         if rec.outcome is Outcome.OK:
-            if key is not None and state.cache is not None and res.body and _no_pii(res.body):
+            if key is not None and state.cache is not None and res.body and _no_pii(res):
                 context, vector, question = key
                 state.cache.store(context, vector, res.body, question)
             latency = res.finished_s - t0
@@ -213,25 +213,21 @@ def _fill(rec: RequestRecord, target: Target, res: Relayed) -> None:
         rec.outcome, rec.error = Outcome.FAILED, res.error or f"HTTP {res.status}"
 
 
-def cache_key(state: GatewayState, req: ChatRequest, vector: np.ndarray | None
+def cache_key(state: GatewayState, req: ChatRequest, text: str, vector: np.ndarray | None
               ) -> tuple[str, np.ndarray, Question] | None:
     """(context, embedding, question) of a request the cache may answer or keep: not streamed, and with no
-    personal data in its text (a masked text would match another person's question)."""
+    personal data in its text (``request_text(req)``: a masked text would match another person's
+    question)."""
     if state.cache is None or vector is None or req.stream:
         return None
-    text = request_text(req)
     if mask(text) != text:
         return None
     context = context_key(req.model or "", str(req.output_limit), *image_urls(req))
     return context, vector, Question.of(text)
 
 
-def _no_pii(body: bytes) -> bool:
-    try:
-        text = json.loads(body)["choices"][0]["message"]["content"]
-    except (ValueError, KeyError, IndexError, TypeError):
-        return False
-    return isinstance(text, str) and mask(text) == text
+def _no_pii(res: Relayed) -> bool:
+    return res.content is not None and mask(res.content) == res.content
 
 
 def _answer_from_cache(state: GatewayState, rec: RequestRecord, hit: Hit) -> web.Response:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import json
 import time
 from dataclasses import dataclass, field
 
 import aiohttp
+import msgspec
 from aiohttp import web
 
 from edgeserve.gateway.targets import Target
@@ -50,6 +50,7 @@ class Relayed:
     output_tokens: int = 0
     error: str | None = None
     body: bytes | None = None  # a non-streamed answer's body
+    content: str | None = None  # a non-streamed answer's text (its first choice's message)
 
 
 def _headers(target: Target) -> dict[str, str]:
@@ -90,10 +91,11 @@ async def _relay_body(resp: aiohttp.ClientResponse, request: web.Request, header
         "Content-Type": resp.headers.get("Content-Type", "application/json"), **extra})
     out = Relayed(resp.status, headers_s, web_resp, finished_s=time.monotonic(), body=data)
     try:
-        doc = json.loads(data)
-    except ValueError:
+        doc = msgspec.json.decode(data)
+    except msgspec.DecodeError:
         doc = None
     if isinstance(doc, dict):
+        out.content = _message_text(doc)
         usage = doc.get("usage") or {}
         out.prompt_tokens = int(usage.get("prompt_tokens") or 0)
         out.output_tokens = int(usage.get("completion_tokens") or 0)
@@ -121,8 +123,10 @@ async def _relay_stream(resp: aiohttp.ClientResponse, request: web.Request, head
             if not text.startswith(b"data:") or text == b"data: [DONE]":
                 continue
             try:
-                doc = json.loads(text[5:])
-            except ValueError:
+                doc = msgspec.json.decode(text[5:])
+            except msgspec.DecodeError:
+                continue
+            if not isinstance(doc, dict):
                 continue
             now = time.monotonic()
             for ch in doc.get("choices") or []:
@@ -142,3 +146,11 @@ async def _relay_stream(resp: aiohttp.ClientResponse, request: web.Request, head
     if not out.output_tokens:
         out.output_tokens = len(out.token_times_s)
     return out
+
+
+def _message_text(doc: dict[str, object]) -> str | None:
+    try:
+        text = doc["choices"][0]["message"]["content"]  # type: ignore[index]
+    except (KeyError, IndexError, TypeError):
+        return None
+    return text if isinstance(text, str) else None

@@ -63,6 +63,37 @@ def test_ttl_and_least_recently_used_eviction() -> None:
     assert hit is not None and hit.body == b"C" and len(cache) == 1
 
 
+def test_a_lookup_scores_only_the_rows_in_use() -> None:
+    clock = Clock()
+    cache = SemanticCache(1000, 4, ttl_s=10, threshold=0.9, clock=clock)
+    vecs = [unit(np.eye(4)[i % 4] + 0.01 * i) for i in range(8)]
+    for i, v in enumerate(vecs[:5]):
+        cache.store(f"c{i}", v, str(i).encode())
+    assert cache.rows == 5
+    clock.t = 20  # all five expire; their rows are taken again before any unused one
+    assert cache.lookup("c0", vecs[0]) is None and len(cache) == 0
+    for i, v in enumerate(vecs[5:], start=5):
+        cache.store(f"c{i}", v, str(i).encode())
+    assert cache.rows == 5 and len(cache) == 3
+    for i, v in enumerate(vecs[5:], start=5):
+        hit = cache.lookup(f"c{i}", v)
+        assert hit is not None and hit.body == str(i).encode()
+
+
+@needs_wordllama
+def test_the_embedding_is_wordllamas_own_bit_for_bit() -> None:
+    from edgeserve.gateway.embedder import _WORD, Embedder
+
+    e = Embedder()
+    for text in ["user: What colour is the car?", "user: Quelle heure est-il ?", "", "user: ",
+                 "user: ZEBRA zebra Zebra 42 + 7", "system: be brief\nuser: and now?"]:
+        words = " ".join(_WORD.findall(text.lower()))
+        ref = np.asarray(e._model.embed([words]), dtype=np.float32)[0]
+        norm = float(np.linalg.norm(ref))
+        ref = ref / norm if norm > 0 else ref
+        assert np.array_equal(e.embed(text), ref), text
+
+
 @needs_wordllama
 def test_paraphrases_are_near_and_other_questions_far() -> None:
     from edgeserve.gateway.embedder import Embedder
