@@ -70,6 +70,12 @@ def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
                    help="cosine similarity of the request texts for a hit, with the same numbers, "
                    "negations and word order (default 0.945: at most 1%% false hits on the "
                    "labelled near-miss pairs)")
+    p.add_argument("--mask-cloud", dest="mask_cloud", action="store_const", const=True,
+                   help="send requests to cloud targets with the personal data in their text "
+                   "(e-mail, phone, card, IBAN, IP) replaced by numbered placeholders such as "
+                   "<email_1>, and put the originals back into the answer (streamed or not) "
+                   "before it reaches the client; local targets get the text as sent (default: "
+                   "off; mask_cloud: true in the config file)")
     p.add_argument("--no-local-overflow", dest="local_overflow", action="store_const",
                    const=False, help="never pass a busy (429) or failed local server's request "
                    "to the cloud")
@@ -89,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         k: getattr(args, k) for k in ("host", "port", "api_keys", "rate_limit_per_s",
                                       "rate_burst", "trace", "profile", "local_overflow",
                                       "sensors", "cache_capacity", "cache_ttl_s",
-                                      "cache_threshold")
+                                      "cache_threshold", "mask_cloud")
     }
     if args.policy is not None:
         overrides["policy"] = {"kind": args.policy}

@@ -5,15 +5,19 @@
    media rules, so a bad request gets the same 400 and message as from ``edgeserve serve``.
 2. The policy decides on a :class:`~sim.core.job.Job` built from the request and the live device —
    the very ``Policy.decide`` the simulator calls.
-3. ``drop`` answers 503 with the reason. Otherwise the targets are tried in order: for ``cloud``
+3. ``drop`` answers 503 with the reason. With ``--mask-cloud`` a cloud target gets the request
+   with its personal data behind numbered placeholders (:mod:`.outgoing`, :mod:`.pii`), and the
+   answer gets the data back before the client sees it. Otherwise the targets are tried in order: for ``cloud``
    the up cloud endpoints, then the local servers; for ``local`` the local servers by load, then
    (unless ``local_overflow`` is off or the policy is ``always_local``) the clouds. A target that
    is unreachable, times out, answers 5xx or 429 passes the request on; the client sees one answer.
 4. One :class:`~edgeserve.records.RequestRecord` is written with ``placement`` (``local:<name>``,
    ``cloud:<name>``, ``cache`` or ``drop``), ``decision_reason`` and the targets tried.
 
-With a semantic cache (``--cache-capacity``), a non-streamed request whose text has no personal
-data is first looked up there (:mod:`.semantic_cache`); a hit answers at once, before the policy.
+With a semantic cache (``--cache-capacity``), a request whose text has no personal data is first
+looked up there (:mod:`.semantic_cache`); a hit answers at once, before the policy, as one body or,
+for ``stream: true``, as SSE chunks (:mod:`.sse`). Answers are kept from streamed and non-streamed
+misses alike.
 With routes in the config (:mod:`.router`), the best route by similarity to its examples decides
 the place and model next; the policy decides only when no route matches. The request's text is
 embedded once for both: cache → route → policy.
@@ -32,6 +36,7 @@ from edgeserve.gateway.outgoing import Outgoing
 from edgeserve.gateway.pii import mask
 from edgeserve.gateway.question_guard import Question
 from edgeserve.gateway.semantic_cache import Hit, context_key
+from edgeserve.gateway.sse import completion_events
 from edgeserve.gateway.state import GatewayState
 from edgeserve.gateway.targets import Target
 from edgeserve.gateway.upstream import CLIENT_LEFT, Failure, FailureKind, Relayed, call
@@ -87,7 +92,7 @@ async def handle_chat(state: GatewayState, request: web.Request) -> web.StreamRe
     if key is not None and state.cache is not None:
         hit = state.cache.lookup(*key)
         if hit is not None:
-            return _answer_from_cache(state, rec, hit)
+            return await _answer_from_cache(state, request, req, rec, hit)
     decision = decide(state, job, vector)
     if decision.placement is Placement.DROP:
         return _finish_drop(state, rec, decision.reason)
@@ -160,7 +165,9 @@ async def forward(state: GatewayState, request: web.Request, req: ChatRequest,
             model_now = model
         rec.model = model_now
         rec.attempts.append(target.label)
-        out_body = out.body_for(model_now)
+        masked = state.config.mask_cloud and target.place is Place.CLOUD
+        out_body = out.body_for(model_now, masked)
+        placeholders = out.placeholders if masked and out.placeholders else None
         queue_seen = target.queue_len
         extra = {"X-Edgeserve-Placement": target.label,
                  "X-Edgeserve-Decision-Reason": decision.reason}
@@ -169,7 +176,8 @@ async def forward(state: GatewayState, request: web.Request, req: ChatRequest,
         t0 = time.monotonic()
         try:
             assert state.session is not None
-            res = await call(state.session, target, out_body, req.stream, request, extra)
+            res = await call(state.session, target, out_body, req.stream, request, extra,
+                             placeholders)
         finally:
             target.inflight -= 1
             m.inflight.labels(target.label).set(target.inflight)
@@ -215,10 +223,10 @@ def _fill(rec: RequestRecord, target: Target, res: Relayed) -> None:
 
 def cache_key(state: GatewayState, req: ChatRequest, text: str, vector: np.ndarray | None
               ) -> tuple[str, np.ndarray, Question] | None:
-    """(context, embedding, question) of a request the cache may answer or keep: not streamed, and with no
+    """(context, embedding, question) of a request the cache may answer or keep: one with no
     personal data in its text (``request_text(req)``: a masked text would match another person's
-    question)."""
-    if state.cache is None or vector is None or req.stream:
+    question). Streamed or not is no part of it: an answer kept from either serves both."""
+    if state.cache is None or vector is None:
         return None
     if mask(text) != text:
         return None
@@ -230,14 +238,28 @@ def _no_pii(res: Relayed) -> bool:
     return res.content is not None and mask(res.content) == res.content
 
 
-def _answer_from_cache(state: GatewayState, rec: RequestRecord, hit: Hit) -> web.Response:
+async def _answer_from_cache(state: GatewayState, request: web.Request, req: ChatRequest,
+                             rec: RequestRecord, hit: Hit) -> web.StreamResponse:
+    """The kept answer: its body, or for ``stream: true`` the same answer as SSE chunks."""
     rec.placement = "cache"
     rec.decision_reason = f"semantic cache hit (similarity {hit.similarity:.3f})"
+    headers = {"X-Edgeserve-Placement": "cache",
+               "X-Edgeserve-Decision-Reason": rec.decision_reason}
+    resp: web.StreamResponse
+    if req.stream:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                           "Cache-Control": "no-cache", **headers})
+        try:
+            await resp.prepare(request)
+            await resp.write(completion_events(hit.body, req.include_usage))
+            await resp.write_eof()
+        except ConnectionResetError:
+            rec.outcome, rec.error = Outcome.ABORTED, CLIENT_LEFT
+    else:
+        resp = web.Response(body=hit.body, headers={"Content-Type": "application/json", **headers})
     rec.finished_s = rec.first_token_s = time.monotonic()
     _record(state, rec)
-    return web.Response(body=hit.body, headers={
-        "Content-Type": "application/json", "X-Edgeserve-Placement": "cache",
-        "X-Edgeserve-Decision-Reason": rec.decision_reason})
+    return resp
 
 
 def _finite(x: float) -> float | None:

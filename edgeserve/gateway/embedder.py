@@ -45,10 +45,8 @@ class Embedder:
         words, lower-cased: WordLlama's tokens are case-sensitive, and a question's capitals and
         question mark should not make it another question."""
         words = " ".join(_WORD.findall(text.lower()))
-        ids = np.asarray(self._tokenizer.encode(words, add_special_tokens=False).ids,
-                         dtype=np.intp)
-        np.clip(ids, 0, len(self._matrix) - 1, out=ids)
-        v = np.asarray(np.sum(self._matrix[ids], axis=0, dtype=np.float32)
-                       / np.float32(max(len(ids), 1)))
+        ids = self._tokenizer.encode(words, add_special_tokens=False).ids
+        rows = self._matrix.take(ids, axis=0, mode="clip")  # as WordLlama clips ids
+        v = np.asarray(rows.sum(axis=0, dtype=np.float32) / np.float32(max(len(ids), 1)))
         n = float(np.linalg.norm(v))
         return v / n if n > 0 else v
