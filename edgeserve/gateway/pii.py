@@ -156,10 +156,15 @@ class StreamRestorer:
 
 
 def mask_record(rec: RequestRecord) -> RequestRecord:
-    """A copy of ``rec`` with its free-text fields masked (the request's content itself is never
-    written; what can carry it is an error message an upstream echoed, or a model name)."""
-    return msgspec.structs.replace(
-        rec, **{f: mask(v) for f in _TEXT_FIELDS if isinstance(v := getattr(rec, f), str)})
+    """``rec`` with its free-text fields masked: a copy where one changes, else ``rec`` itself
+    (the request's content itself is never written; what can carry it is an error message an
+    upstream echoed, or a model name)."""
+    changes = {}
+    for f in _TEXT_FIELDS:
+        value = getattr(rec, f)
+        if isinstance(value, str) and (masked := mask(value)) != value:
+            changes[f] = masked
+    return msgspec.structs.replace(rec, **changes) if changes else rec
 
 
 _TEXT_FIELDS = ("error", "decision_reason", "model", "placement")
