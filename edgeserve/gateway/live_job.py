@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import struct
 from dataclasses import dataclass
 
 from PIL import Image
@@ -48,7 +49,47 @@ def data_url_bytes(url: str) -> bytes | None:
 HEADER_B64_CHARS = (4 * 1366, 4 * 43691)
 
 
+_PNG = b"\x89PNG\r\n\x1a\n"
+_JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # start-of-frame markers
+_JPEG_NO_LENGTH = frozenset([0x01, *range(0xD0, 0xDA)])  # TEM, RSTn, SOI, EOI: no length field
+
+
+def _header_size(data: bytes) -> tuple[int, int] | None:
+    """Width and height from a PNG's IHDR or a JPEG's start-of-frame, read directly (what
+    Pillow reads for them, without its plugin search); None for other formats or a header that
+    ``data`` does not hold whole."""
+    if data.startswith(_PNG) and data[12:16] == b"IHDR" and len(data) >= 24:
+        w, h = struct.unpack(">II", data[16:24])
+        return int(w), int(h)
+    if not data.startswith(b"\xff\xd8"):
+        return None
+    i, n = 2, len(data)
+    while i < n:
+        if data[i] != 0xFF:
+            return None  # not at a marker: let Pillow judge
+        while i < n and data[i] == 0xFF:
+            i += 1  # fill bytes
+        if i + 1 > n:
+            return None
+        marker = data[i]
+        i += 1
+        if marker in _JPEG_NO_LENGTH:
+            continue
+        if i + 2 > n:
+            return None
+        if marker in _JPEG_SOF:
+            if i + 7 > n:
+                return None
+            h, w = struct.unpack(">HH", data[i + 3:i + 7])
+            return int(w), int(h)
+        i += struct.unpack(">H", data[i:i + 2])[0]
+    return None
+
+
 def _size_of(data: bytes) -> tuple[int, int] | None:
+    fast = _header_size(data)
+    if fast is not None:
+        return fast
     try:
         with Image.open(io.BytesIO(data)) as im:
             return im.width, im.height

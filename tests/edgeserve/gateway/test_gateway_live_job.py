@@ -42,3 +42,19 @@ def test_what_is_no_image_has_no_size() -> None:
     assert image_size("data:image/png;base64,bm90IGFuIGltYWdl") == ImageSize(0, 0, 12)
     assert image_size("data:image/png;base64," + "A" * 8000) == ImageSize(0, 0, 6000)
     assert image_size("https://example.org/a.png") == ImageSize(0, 0, 0)
+
+
+@pytest.mark.parametrize(("fmt", "mode", "options"), [
+    ("JPEG", "L", {}), ("JPEG", "RGB", {"progressive": True}), ("JPEG", "CMYK", {}),
+    ("JPEG", "RGB", {"quality": 20, "subsampling": 0}), ("PNG", "P", {}), ("PNG", "RGBA", {}),
+])
+def test_the_header_read_directly_agrees_with_pillow(fmt: str, mode: str,
+                                                     options: dict[str, object]) -> None:
+    from edgeserve.gateway.live_job import _header_size
+
+    rng = np.random.default_rng(3)
+    im = Image.fromarray(rng.integers(0, 255, (37, 53, 3), dtype=np.uint8)).convert(mode)
+    buf = io.BytesIO()
+    im.save(buf, fmt, **options)
+    assert _header_size(buf.getvalue()) == Image.open(io.BytesIO(buf.getvalue())).size == (53, 37)
+    assert _header_size(buf.getvalue()[:10]) is None  # a header not held whole
