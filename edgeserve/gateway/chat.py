@@ -5,12 +5,13 @@
    media rules, so a bad request gets the same 400 and message as from ``edgeserve serve``.
 2. The policy decides on a :class:`~sim.core.job.Job` built from the request and the live device —
    the very ``Policy.decide`` the simulator calls.
-3. ``drop`` answers 503 with the reason. With ``--mask-cloud`` a cloud target gets the request
-   with its personal data behind numbered placeholders (:mod:`.outgoing`, :mod:`.pii`), and the
-   answer gets the data back before the client sees it. Otherwise the targets are tried in order: for ``cloud``
+3. ``drop`` answers 503 with the reason. Otherwise the targets are tried in order: for ``cloud``
    the up cloud endpoints, then the local servers; for ``local`` the local servers by load, then
    (unless ``local_overflow`` is off or the policy is ``always_local``) the clouds. A target that
    is unreachable, times out, answers 5xx or 429 passes the request on; the client sees one answer.
+   With ``--mask-cloud`` a cloud target gets the request with its personal data behind numbered
+   placeholders (:mod:`.outgoing`, :mod:`.pii`), and the answer gets the data back before the
+   client sees it.
 4. One :class:`~edgeserve.records.RequestRecord` is written with ``placement`` (``local:<name>``,
    ``cloud:<name>``, ``cache`` or ``drop``), ``decision_reason`` and the targets tried.
 
