@@ -79,7 +79,9 @@ class RecordingProxy:
 
         async def serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
             ur, uw = await asyncio.open_connection("127.0.0.1", self.target_port)
-            await asyncio.gather(pipe(r, uw, True), pipe(ur, w, False), return_exceptions=True)
+            with contextlib.suppress(asyncio.CancelledError):  # stopped: the pipes closed
+                await asyncio.gather(pipe(r, uw, True), pipe(ur, w, False),
+                                     return_exceptions=True)
 
         async def main() -> None:
             server = await asyncio.start_server(serve, "127.0.0.1", self.port)
@@ -88,15 +90,22 @@ class RecordingProxy:
                 await server.serve_forever()
 
         asyncio.set_event_loop(self.loop)
-        with contextlib.suppress(RuntimeError):  # stopped
+        with contextlib.suppress(asyncio.CancelledError):  # stopped
             self.loop.run_until_complete(main())
+        rest = asyncio.all_tasks(self.loop)  # the pipes, cancelled too: let them close
+        self.loop.run_until_complete(asyncio.gather(*rest, return_exceptions=True))
+        self.loop.close()
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        def cancel_all() -> None:
+            for task in asyncio.all_tasks(self.loop):
+                task.cancel()
+
+        self.loop.call_soon_threadsafe(cancel_all)
         self.thread.join(5)
 
 
