@@ -18,11 +18,14 @@ two versions are compared under the same load.
 
     python benchmarks/gateway_overhead.py [--requests 300] [--rounds 3] [--no-cache]
                                           [--before DIR] [--gateway-cpu N]
+                                          [--image WxH] [--photo]
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import io
 import json
 import os
 import random
@@ -35,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "edgeserve" / "gateway"))
 from conftest import Proc, chat_body, gateway, png_data_url, post, upstream
@@ -64,6 +68,13 @@ def started_from(source: str, start: Callable[[], Proc]) -> Proc:
             os.environ["PYTHONPATH"] = old
 
 
+def photo_data_url(width: int, height: int) -> str:
+    pixels = np.random.default_rng(0).integers(0, 255, (height, width, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, "JPEG", quality=90)
+    return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
 def _cpu_s(p: psutil.Process) -> float:
     t = p.cpu_times()
     return t.user + t.system
@@ -84,6 +95,10 @@ def main() -> None:
                     help="also measure a gateway started from this source tree")
     ap.add_argument("--gateway-cpu", type=int, default=max(os.sched_getaffinity(0)),
                     help="the core the gateway(s) run on (default: the last one)")
+    ap.add_argument("--image", default="640x480", metavar="WxH", help="the image's size")
+    ap.add_argument("--photo", action="store_true",
+                    help="a JPEG (quality 90) of random pixels, as large as a photo of that size "
+                    "(default: a flat-colour PNG of a few KB)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp())
     others = set(os.sched_getaffinity(0)) - {args.gateway_cpu} or {args.gateway_cpu}
@@ -100,7 +115,9 @@ def main() -> None:
         paths["before"] = started_from(args.before, lambda: gateway(tmp / "before", *flags))
     os.sched_setaffinity(0, others)
     procs = {name: psutil.Process(p.proc.pid) for name, p in paths.items()}
-    image = png_data_url(640, 480)
+    width, height = (int(x) for x in args.image.split("x"))
+    image = photo_data_url(width, height) if args.photo else png_data_url(width, height)
+    kind = f"{args.image} {'JPEG photo' if args.photo else 'PNG'}, {len(image) // 1024} KB as base64"
     texts = questions(args.requests * (args.rounds + 1))
     times: dict[str, list[float]] = {k: [] for k in paths}
     cpu_s: dict[str, float] = dict.fromkeys(paths, 0.0)
@@ -123,7 +140,7 @@ def main() -> None:
         cpu_s = {k: v + _cpu_s(procs[k]) for k, v in cpu_s.items()}
         n = len(times["direct"])
         d50, d99 = percentiles_ms(times["direct"])
-        print(f"{n} requests per path (640x480 PNG, max_tokens 8); CPU ms: the server "
+        print(f"{n} requests per path ({kind}, max_tokens 8); CPU ms: the server "
               "process's own CPU time per request")
         print(f"{'path':10} {'p50 ms':>8} {'p99 ms':>8} {'+p50 ms':>8} {'+p99 ms':>8} "
               f"{'CPU ms':>8}")

@@ -42,7 +42,7 @@ from edgeserve.gateway.state import GatewayState
 from edgeserve.gateway.targets import Target
 from edgeserve.gateway.upstream import CLIENT_LEFT, Failure, FailureKind, Relayed, call
 from edgeserve.records import Outcome, RequestRecord
-from edgeserve.server.media import MediaPolicy, load_data_url
+from edgeserve.server.media import MediaPolicy, check_data_url
 from edgeserve.server.openai_protocol import (
     BadRequest,
     ChatRequest,
@@ -107,7 +107,7 @@ def validate(body: bytes, max_images: int, max_image_bytes: int) -> ChatRequest:
     media = MediaPolicy(None, False, 0.0, max_image_bytes)
     for url in image_urls(req):
         if url.startswith("data:"):
-            load_data_url(url, media)
+            check_data_url(url, media)
         elif not url.startswith(("http://", "https://")):
             raise BadRequest("the gateway forwards images as data: URLs or http(s) URLs; "
                              "file:// URLs name a file only the gateway's host can read")

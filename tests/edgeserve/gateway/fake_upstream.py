@@ -103,7 +103,7 @@ def main() -> None:
             f'edgeserve_queue_depth{{queue="engine_running"}} {counts["running"]}\n'
             f'fake_served_total {counts["served"]}\n'))
 
-    app = web.Application()
+    app = web.Application(client_max_size=64 << 20)  # photos as large as a server takes
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/metrics", metrics)
