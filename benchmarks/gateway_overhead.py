@@ -56,12 +56,15 @@ def questions(n: int, seed: int = 1) -> list[str]:
 
 
 def started_from(source: str, start: Callable[[], Proc]) -> Proc:
-    """A process started with ``source`` first on PYTHONPATH."""
-    old = os.environ.get("PYTHONPATH")
+    """A process started in ``source`` with it first on PYTHONPATH (``python -m`` puts the working
+    directory first on sys.path)."""
+    old, cwd = os.environ.get("PYTHONPATH"), os.getcwd()
     os.environ["PYTHONPATH"] = source
+    os.chdir(source)
     try:
         return start()
     finally:
+        os.chdir(cwd)
         if old is None:
             del os.environ["PYTHONPATH"]
         else:
