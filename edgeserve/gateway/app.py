@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import signal
 import time
@@ -197,6 +198,7 @@ async def run(state: GatewayState, on_ready: Callable[[str], None]) -> int:
                                    lambda: poll_local_metrics(state))),
         asyncio.create_task(_every(state.stop, cfg.probe_s, lambda: probe_clouds(state))),
     ]
+    gc.freeze()  # what start-up made lives as long as the process: no collection walks it again
     try:
         await site.start()
         on_ready(f"ready on http://{cfg.host}:{cfg.port} (policy={state.policy_name}; "

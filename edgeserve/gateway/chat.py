@@ -9,11 +9,16 @@
    the up cloud endpoints, then the local servers; for ``local`` the local servers by load, then
    (unless ``local_overflow`` is off or the policy is ``always_local``) the clouds. A target that
    is unreachable, times out, answers 5xx or 429 passes the request on; the client sees one answer.
+   With ``--mask-cloud`` a cloud target gets the request with its personal data behind numbered
+   placeholders (:mod:`.outgoing`, :mod:`.pii`), and the answer gets the data back before the
+   client sees it.
 4. One :class:`~edgeserve.records.RequestRecord` is written with ``placement`` (``local:<name>``,
    ``cloud:<name>``, ``cache`` or ``drop``), ``decision_reason`` and the targets tried.
 
-With a semantic cache (``--cache-capacity``), a non-streamed request whose text has no personal
-data is first looked up there (:mod:`.semantic_cache`); a hit answers at once, before the policy.
+With a semantic cache (``--cache-capacity``), a request whose text has no personal data is first
+looked up there (:mod:`.semantic_cache`); a hit answers at once, before the policy, as one body or,
+for ``stream: true``, as SSE chunks (:mod:`.sse`). Answers are kept from streamed and non-streamed
+misses alike.
 With routes in the config (:mod:`.router`), the best route by similarity to its examples decides
 the place and model next; the policy decides only when no route matches. The request's text is
 embedded once for both: cache → route → policy.
@@ -21,24 +26,23 @@ embedded once for both: cache → route → policy.
 
 from __future__ import annotations
 
-import json
 import time
-from typing import Any
 
 import numpy as np
 from aiohttp import web
 
 from edgeserve.gateway.config import SMALL, Place
-from edgeserve.gateway.downgrade import downscale_images
 from edgeserve.gateway.live_job import build_job, request_text
+from edgeserve.gateway.outgoing import Outgoing
 from edgeserve.gateway.pii import mask
 from edgeserve.gateway.question_guard import Question
 from edgeserve.gateway.semantic_cache import Hit, context_key
+from edgeserve.gateway.sse import completion_events
 from edgeserve.gateway.state import GatewayState
 from edgeserve.gateway.targets import Target
 from edgeserve.gateway.upstream import CLIENT_LEFT, Failure, FailureKind, Relayed, call
 from edgeserve.records import Outcome, RequestRecord
-from edgeserve.server.media import MediaPolicy, load_data_url
+from edgeserve.server.media import MediaPolicy, check_data_url
 from edgeserve.server.openai_protocol import (
     BadRequest,
     ChatRequest,
@@ -83,19 +87,18 @@ async def handle_chat(state: GatewayState, request: web.Request) -> web.StreamRe
         _record(state, rec)
         return error(400, str(e), "invalid_request_error")
     job = build_job(req, rec, state.device)
-    vector = state.embedder.embed(request_text(req)) if state.embedder is not None else None
-    key = cache_key(state, req, vector)
+    text = request_text(req) if state.embedder is not None else ""
+    vector = state.embedder.embed(text) if state.embedder is not None else None
+    key = cache_key(state, req, text, vector)
     if key is not None and state.cache is not None:
         hit = state.cache.lookup(*key)
         if hit is not None:
-            return _answer_from_cache(state, rec, hit)
+            return await _answer_from_cache(state, request, req, rec, hit)
     decision = decide(state, job, vector)
     if decision.placement is Placement.DROP:
         return _finish_drop(state, rec, decision.reason)
-    doc = json.loads(body)
-    if decision.resolution_scale < 1.0:
-        downscale_images(doc, decision.resolution_scale)
-    return await forward(state, request, req, doc, decision, job, key)
+    out = Outgoing(body, req.model, decision.resolution_scale)
+    return await forward(state, request, req, out, decision, job, key)
 
 
 def validate(body: bytes, max_images: int, max_image_bytes: int) -> ChatRequest:
@@ -104,7 +107,7 @@ def validate(body: bytes, max_images: int, max_image_bytes: int) -> ChatRequest:
     media = MediaPolicy(None, False, 0.0, max_image_bytes)
     for url in image_urls(req):
         if url.startswith("data:"):
-            load_data_url(url, media)
+            check_data_url(url, media)
         elif not url.startswith(("http://", "https://")):
             raise BadRequest("the gateway forwards images as data: URLs or http(s) URLs; "
                              "file:// URLs name a file only the gateway's host can read")
@@ -148,19 +151,24 @@ def decide(state: GatewayState, job: Job, vector: np.ndarray | None = None) -> D
 
 
 async def forward(state: GatewayState, request: web.Request, req: ChatRequest,
-                  doc: dict[str, Any], decision: Decision, job: Job,
+                  out: Outgoing, decision: Decision, job: Job,
                   key: tuple[str, np.ndarray, Question] | None) -> web.StreamResponse:
-    """Try the plan's targets in order until one answers; record the outcome."""
+    """Try the plan's targets in order until one answers; record the outcome. A target with
+    models of its own gets its model's id in the body; one without keeps the model the body
+    names (the client's, or the last target's)."""
     rec, m = job.rec, state.metrics
     size = SMALL if decision.model is not None else None
     failures: list[str] = []
+    model_now = req.model
     for target in plan(state, decision):
         model = target.model_for(size, req.model)
         if model is not None:
-            doc["model"] = model
-        rec.model = doc.get("model")
+            model_now = model
+        rec.model = model_now
         rec.attempts.append(target.label)
-        out_body = json.dumps(doc).encode()
+        masked = state.config.mask_cloud and target.place is Place.CLOUD
+        out_body = out.body_for(model_now, masked)
+        placeholders = out.placeholders if masked and out.placeholders else None
         queue_seen = target.queue_len
         extra = {"X-Edgeserve-Placement": target.label,
                  "X-Edgeserve-Decision-Reason": decision.reason}
@@ -169,7 +177,8 @@ async def forward(state: GatewayState, request: web.Request, req: ChatRequest,
         t0 = time.monotonic()
         try:
             assert state.session is not None
-            res = await call(state.session, target, out_body, req.stream, request, extra)
+            res = await call(state.session, target, out_body, req.stream, request, extra,
+                             placeholders)
         finally:
             target.inflight -= 1
             m.inflight.labels(target.label).set(target.inflight)
@@ -182,7 +191,7 @@ async def forward(state: GatewayState, request: web.Request, req: ChatRequest,
         target.calls += 1
         _fill(rec, target, res)
         if rec.outcome is Outcome.OK:
-            if key is not None and state.cache is not None and res.body and _no_pii(res.body):
+            if key is not None and state.cache is not None and res.body and _no_pii(res):
                 context, vector, question = key
                 state.cache.store(context, vector, res.body, question)
             latency = res.finished_s - t0
@@ -213,35 +222,45 @@ def _fill(rec: RequestRecord, target: Target, res: Relayed) -> None:
         rec.outcome, rec.error = Outcome.FAILED, res.error or f"HTTP {res.status}"
 
 
-def cache_key(state: GatewayState, req: ChatRequest, vector: np.ndarray | None
+def cache_key(state: GatewayState, req: ChatRequest, text: str, vector: np.ndarray | None
               ) -> tuple[str, np.ndarray, Question] | None:
-    """(context, embedding, question) of a request the cache may answer or keep: not streamed, and with no
-    personal data in its text (a masked text would match another person's question)."""
-    if state.cache is None or vector is None or req.stream:
+    """(context, embedding, question) of a request the cache may answer or keep: one with no
+    personal data in its text (``request_text(req)``: a masked text would match another person's
+    question). Streamed or not is no part of it: an answer kept from either serves both."""
+    if state.cache is None or vector is None:
         return None
-    text = request_text(req)
     if mask(text) != text:
         return None
     context = context_key(req.model or "", str(req.output_limit), *image_urls(req))
     return context, vector, Question.of(text)
 
 
-def _no_pii(body: bytes) -> bool:
-    try:
-        text = json.loads(body)["choices"][0]["message"]["content"]
-    except (ValueError, KeyError, IndexError, TypeError):
-        return False
-    return isinstance(text, str) and mask(text) == text
+def _no_pii(res: Relayed) -> bool:
+    return res.content is not None and mask(res.content) == res.content
 
 
-def _answer_from_cache(state: GatewayState, rec: RequestRecord, hit: Hit) -> web.Response:
+async def _answer_from_cache(state: GatewayState, request: web.Request, req: ChatRequest,
+                             rec: RequestRecord, hit: Hit) -> web.StreamResponse:
+    """The kept answer: its body, or for ``stream: true`` the same answer as SSE chunks."""
     rec.placement = "cache"
     rec.decision_reason = f"semantic cache hit (similarity {hit.similarity:.3f})"
+    headers = {"X-Edgeserve-Placement": "cache",
+               "X-Edgeserve-Decision-Reason": rec.decision_reason}
+    resp: web.StreamResponse
+    if req.stream:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                           "Cache-Control": "no-cache", **headers})
+        try:
+            await resp.prepare(request)
+            await resp.write(completion_events(hit.body, req.include_usage))
+            await resp.write_eof()
+        except ConnectionResetError:
+            rec.outcome, rec.error = Outcome.ABORTED, CLIENT_LEFT
+    else:
+        resp = web.Response(body=hit.body, headers={"Content-Type": "application/json", **headers})
     rec.finished_s = rec.first_token_s = time.monotonic()
     _record(state, rec)
-    return web.Response(body=hit.body, headers={
-        "Content-Type": "application/json", "X-Edgeserve-Placement": "cache",
-        "X-Edgeserve-Decision-Reason": rec.decision_reason})
+    return resp
 
 
 def _finite(x: float) -> float | None:

@@ -94,6 +94,7 @@ class GatewayConfig:
     rate_limit_per_s: float = 0.0  # per API key (or client address); 0: unlimited
     rate_burst: int = 10
     local_overflow: bool = True  # a busy or failed local server passes the request to the cloud
+    mask_cloud: bool = False  # personal data sent to cloud targets as placeholders, put back after
     trace: str | None = None
     profile: str | None = None  # a device profile: local latency model and virtual sensors
     sensors: SensorMode = SensorMode.AUTO

@@ -3,7 +3,8 @@
 Policies look at ``job.rec`` (the shared :class:`~edgeserve.records.RequestRecord`: image bytes,
 deadline) and the latency models at the job's sizes (source and target pixels, image and prompt
 tokens, output tokens). The gateway reads the image sizes from each image's header (Pillow opens
-lazily: no pixel is decoded), the target size by the model's ``smart_resize``, and estimates the
+lazily: no pixel is decoded; only the start of the base64 payload is decoded when the header lies
+there), the target size by the model's ``smart_resize``, and estimates the
 prompt's text tokens as characters / 4.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import struct
 from dataclasses import dataclass
 
 from PIL import Image
@@ -42,15 +44,80 @@ def data_url_bytes(url: str) -> bytes | None:
         return None
 
 
+# the first 4 KiB of an image (PNG, GIF, WebP and most JPEG headers lie there), then 128 KiB (a
+# JPEG's EXIF block is at most 64 KiB): base64 characters, a multiple of 4
+HEADER_B64_CHARS = (4 * 1366, 4 * 43691)
+
+
+_PNG = b"\x89PNG\r\n\x1a\n"
+_JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # start-of-frame markers
+_JPEG_NO_LENGTH = frozenset([0x01, *range(0xD0, 0xDA)])  # TEM, RSTn, SOI, EOI: no length field
+
+
+def _header_size(data: bytes) -> tuple[int, int] | None:
+    """Width and height from a PNG's IHDR or a JPEG's start-of-frame, read directly (what
+    Pillow reads for them, without its plugin search); None for other formats or a header that
+    ``data`` does not hold whole."""
+    if data.startswith(_PNG) and data[12:16] == b"IHDR" and len(data) >= 24:
+        w, h = struct.unpack(">II", data[16:24])
+        return int(w), int(h)
+    if not data.startswith(b"\xff\xd8"):
+        return None
+    i, n = 2, len(data)
+    while i < n:
+        if data[i] != 0xFF:
+            return None  # not at a marker: let Pillow judge
+        while i < n and data[i] == 0xFF:
+            i += 1  # fill bytes
+        if i + 1 > n:
+            return None
+        marker = data[i]
+        i += 1
+        if marker in _JPEG_NO_LENGTH:
+            continue
+        if i + 2 > n:
+            return None
+        if marker in _JPEG_SOF:
+            if i + 7 > n:
+                return None
+            h, w = struct.unpack(">HH", data[i + 3:i + 7])
+            return int(w), int(h)
+        i += struct.unpack(">H", data[i:i + 2])[0]
+    return None
+
+
+def _size_of(data: bytes) -> tuple[int, int] | None:
+    fast = _header_size(data)
+    if fast is not None:
+        return fast
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            return im.width, im.height
+    except (OSError, SyntaxError, Image.DecompressionBombError, ValueError, EOFError):
+        return None
+
+
 def image_size(url: str) -> ImageSize:
+    """An image's size from its header, decoding only the payload's first 4 KiB (or 128 KiB) where
+    the header lies there, the whole image only when not; its byte count from the base64 length."""
+    if not url.startswith("data:"):
+        return ImageSize(0, 0, 0)
+    start = url.find(",") + 1  # the payload, without copying it
+    n = len(url) - start
+    for chars in HEADER_B64_CHARS:
+        if not start or n % 4 or n <= chars:
+            break
+        try:
+            size = _size_of(base64.b64decode(url[start:start + chars], validate=False))
+        except (binascii.Error, ValueError):
+            break
+        if size is not None:
+            return ImageSize(size[0], size[1], n // 4 * 3 - url.count("=", len(url) - 2))
     data = data_url_bytes(url)
     if data is None:
         return ImageSize(0, 0, 0)
-    try:
-        with Image.open(io.BytesIO(data)) as im:
-            return ImageSize(im.width, im.height, len(data))
-    except (OSError, Image.DecompressionBombError, ValueError):
-        return ImageSize(0, 0, len(data))
+    size = _size_of(data) or (0, 0)
+    return ImageSize(size[0], size[1], len(data))
 
 
 def text_chars(req: ChatRequest) -> int:

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import json
 import time
 from dataclasses import dataclass, field
 
 import aiohttp
+import msgspec
 from aiohttp import web
 
+from edgeserve.gateway.pii import Placeholders
+from edgeserve.gateway.sse import RestoringLines, StreamAnswer
 from edgeserve.gateway.targets import Target
 
 CLIENT_LEFT = "the client went away"
@@ -49,7 +51,8 @@ class Relayed:
     prompt_tokens: int = 0
     output_tokens: int = 0
     error: str | None = None
-    body: bytes | None = None  # a non-streamed answer's body
+    body: bytes | None = None  # the answer as one chat.completion body (a stream's: gathered)
+    content: str | None = None  # the answer's text (its first choice's message)
 
 
 def _headers(target: Target) -> dict[str, str]:
@@ -61,7 +64,10 @@ def _headers(target: Target) -> dict[str, str]:
 
 
 async def call(session: aiohttp.ClientSession, target: Target, body: bytes, stream: bool,
-               request: web.Request, extra_headers: dict[str, str]) -> Failure | Relayed:
+               request: web.Request, extra_headers: dict[str, str],
+               placeholders: Placeholders | None = None) -> Failure | Relayed:
+    """Send ``body``; relay the answer, with ``placeholders`` (the masked request's) put back
+    into its text."""
     url = target.cfg.base_url + "/chat/completions"
     timeout = aiohttp.ClientTimeout(total=target.cfg.timeout_s)
     try:
@@ -74,8 +80,8 @@ async def call(session: aiohttp.ClientSession, target: Target, body: bytes, stre
                 return Failure(FailureKind.SERVER_ERROR,
                                f"{target.label} answered {resp.status}")
             if stream and resp.status == 200:
-                return await _relay_stream(resp, request, headers_s, extra_headers)
-            return await _relay_body(resp, request, headers_s, extra_headers)
+                return await _relay_stream(resp, request, headers_s, extra_headers, placeholders)
+            return await _relay_body(resp, request, headers_s, extra_headers, placeholders)
     except TimeoutError:
         return Failure(FailureKind.TIMEOUT,
                        f"{target.label} gave no answer within {target.cfg.timeout_s} s")
@@ -84,16 +90,19 @@ async def call(session: aiohttp.ClientSession, target: Target, body: bytes, stre
 
 
 async def _relay_body(resp: aiohttp.ClientResponse, request: web.Request, headers_s: float,
-                      extra: dict[str, str]) -> Relayed:
+                      extra: dict[str, str], placeholders: Placeholders | None) -> Relayed:
     data = await resp.read()
+    if placeholders and resp.status == 200:
+        data = _restored_body(data, placeholders)
     web_resp = web.Response(body=data, status=resp.status, headers={
         "Content-Type": resp.headers.get("Content-Type", "application/json"), **extra})
     out = Relayed(resp.status, headers_s, web_resp, finished_s=time.monotonic(), body=data)
     try:
-        doc = json.loads(data)
-    except ValueError:
+        doc = msgspec.json.decode(data)
+    except msgspec.DecodeError:
         doc = None
     if isinstance(doc, dict):
+        out.content = _message_text(doc)
         usage = doc.get("usage") or {}
         out.prompt_tokens = int(usage.get("prompt_tokens") or 0)
         out.output_tokens = int(usage.get("completion_tokens") or 0)
@@ -105,25 +114,35 @@ async def _relay_body(resp: aiohttp.ClientResponse, request: web.Request, header
 
 
 async def _relay_stream(resp: aiohttp.ClientResponse, request: web.Request, headers_s: float,
-                        extra: dict[str, str]) -> Relayed:
+                        extra: dict[str, str], placeholders: Placeholders | None) -> Relayed:
     client = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                          "Cache-Control": "no-cache", **extra})
     out = Relayed(resp.status, headers_s, client)
+    answer = StreamAnswer()
+    restoring = RestoringLines(placeholders) if placeholders else None
     await client.prepare(request)
     try:
         async for line in resp.content:
+            if restoring is not None:
+                line = restoring.line(line)
             try:
                 await client.write(line)
             except ConnectionResetError:
                 out.error = CLIENT_LEFT
                 break
             text = line.strip()
-            if not text.startswith(b"data:") or text == b"data: [DONE]":
+            if text == b"data: [DONE]":
+                answer.done = True
+                continue
+            if not text.startswith(b"data:"):
                 continue
             try:
-                doc = json.loads(text[5:])
-            except ValueError:
+                doc = msgspec.json.decode(text[5:])
+            except msgspec.DecodeError:
                 continue
+            if not isinstance(doc, dict):
+                continue
+            answer.add(doc)
             now = time.monotonic()
             for ch in doc.get("choices") or []:
                 if (ch.get("delta") or {}).get("content"):
@@ -141,4 +160,28 @@ async def _relay_stream(resp: aiohttp.ClientResponse, request: web.Request, head
     out.finished_s = time.monotonic()
     if not out.output_tokens:
         out.output_tokens = len(out.token_times_s)
+    if answer.done and out.error is None:
+        out.content = answer.text
+        out.body = answer.body(out.prompt_tokens, out.output_tokens)
     return out
+
+
+def _message_text(doc: dict[str, object]) -> str | None:
+    try:
+        text = doc["choices"][0]["message"]["content"]  # type: ignore[index]
+    except (KeyError, IndexError, TypeError):
+        return None
+    return text if isinstance(text, str) else None
+
+
+def _restored_body(data: bytes, placeholders: Placeholders) -> bytes:
+    try:
+        doc = msgspec.json.decode(data)
+        for ch in doc["choices"]:
+            msg = ch.get("message") or {}
+            if isinstance(msg.get("content"), str):
+                msg["content"] = placeholders.restore(msg["content"])
+    except (msgspec.DecodeError, KeyError, TypeError, AttributeError):
+        return data
+    return msgspec.json.encode(doc)
+

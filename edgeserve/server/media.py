@@ -37,24 +37,32 @@ def _short(url: str) -> str:
     return url if len(url) <= 60 else url[:57] + "..."
 
 
-def load_data_url(url: str, policy: MediaPolicy) -> ImageInput:
-    header, sep, payload = url.partition(",")
-    if not sep:
+def check_data_url(url: str, policy: MediaPolicy) -> int:
+    """Where a ``data:`` URL's base64 payload starts, once its header and size pass the checks
+    below (raises :class:`BadRequest`); the payload itself is not copied."""
+    cut = url.find(",")
+    if cut < 0:
         raise BadRequest("malformed data: URL: no ',' between header and payload")
-    meta = header[len("data:"):].split(";")
+    meta = url[len("data:"):cut].split(";")
     mime = meta[0].strip().lower()
     if "base64" not in [m.strip().lower() for m in meta[1:]]:
         raise BadRequest("data: URLs must be base64-encoded (data:image/png;base64,...)")
     if mime and not (mime.startswith("image/") or mime == "application/octet-stream"):
         raise BadRequest(f"data: URL has media type {mime!r}; expected an image/* type")
-    if not payload:
+    payload_chars = len(url) - cut - 1
+    if not payload_chars:
         raise BadRequest("the data: URL holds no image data")
-    approx_bytes = len(payload) * 3 // 4
+    approx_bytes = payload_chars * 3 // 4
     if approx_bytes > policy.max_image_bytes:
         raise BadRequest(
             f"image is about {approx_bytes} bytes, more than the limit of {policy.max_image_bytes}"
         )
-    return ImageInput(SourceKind.SHM_BASE64, data=payload.encode("ascii", errors="replace"))
+    return cut + 1
+
+
+def load_data_url(url: str, policy: MediaPolicy) -> ImageInput:
+    start = check_data_url(url, policy)
+    return ImageInput(SourceKind.SHM_BASE64, data=url[start:].encode("ascii", errors="replace"))
 
 
 def load_file_url(url: str, policy: MediaPolicy) -> ImageInput:

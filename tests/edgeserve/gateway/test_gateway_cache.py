@@ -63,6 +63,37 @@ def test_ttl_and_least_recently_used_eviction() -> None:
     assert hit is not None and hit.body == b"C" and len(cache) == 1
 
 
+def test_a_lookup_scores_only_the_rows_in_use() -> None:
+    clock = Clock()
+    cache = SemanticCache(1000, 4, ttl_s=10, threshold=0.9, clock=clock)
+    vecs = [unit(np.eye(4)[i % 4] + 0.01 * i) for i in range(8)]
+    for i, v in enumerate(vecs[:5]):
+        cache.store(f"c{i}", v, str(i).encode())
+    assert cache.rows == 5
+    clock.t = 20  # all five expire; their rows are taken again before any unused one
+    assert cache.lookup("c0", vecs[0]) is None and len(cache) == 0
+    for i, v in enumerate(vecs[5:], start=5):
+        cache.store(f"c{i}", v, str(i).encode())
+    assert cache.rows == 5 and len(cache) == 3
+    for i, v in enumerate(vecs[5:], start=5):
+        hit = cache.lookup(f"c{i}", v)
+        assert hit is not None and hit.body == str(i).encode()
+
+
+@needs_wordllama
+def test_the_embedding_is_wordllamas_own_bit_for_bit() -> None:
+    from edgeserve.gateway.embedder import _WORD, Embedder
+
+    e = Embedder()
+    for text in ["user: What colour is the car?", "user: Quelle heure est-il ?", "", "user: ",
+                 "user: ZEBRA zebra Zebra 42 + 7", "system: be brief\nuser: and now?"]:
+        words = " ".join(_WORD.findall(text.lower()))
+        ref = np.asarray(e._model.embed([words]), dtype=np.float32)[0]
+        norm = float(np.linalg.norm(ref))
+        ref = ref / norm if norm > 0 else ref
+        assert np.array_equal(e.embed(text), ref), text
+
+
 @needs_wordllama
 def test_paraphrases_are_near_and_other_questions_far() -> None:
     from edgeserve.gateway.embedder import Embedder
@@ -165,3 +196,52 @@ def test_with_the_default_threshold_a_paraphrase_hits_and_near_misses_do_not(
     assert served(loc) == 6
     reasons = [r["decision_reason"] for r in trace_records(tmp_path)]
     assert sum(r.startswith("semantic cache hit") for r in reasons) == 1
+
+
+def sse_events(raw: bytes) -> list[str]:
+    """The ``data:`` payloads of a server-sent event stream, in order."""
+    return [e[len("data: "):] for e in raw.decode().split("\n\n") if e.startswith("data: ")]
+
+
+def streamed_text(events: list[str]) -> str:
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    return "".join(ch["delta"].get("content") or "" for c in chunks for ch in c["choices"])
+
+
+@needs_wordllama
+def test_a_streamed_request_is_answered_from_the_cache_as_a_stream(tmp_path: Path,
+                                                                   procs: list[Proc]) -> None:
+    procs.append(loc := upstream(tmp_path, "loc"))
+    procs.append(gw := gateway(tmp_path, "--local", loc.url, "--cache-capacity", "8"))
+    img = png_data_url(64, 48)
+    first = chat(gw, chat_body("What is in this picture?", image=img))
+    assert first[0] == 200 and served(loc) == 1
+    text = json.loads(first[2])["choices"][0]["message"]["content"]
+
+    status, headers, raw = chat(gw, chat_body("what is in the picture", image=img, stream=True,
+                                              stream_options={"include_usage": True}))
+    assert status == 200 and headers["X-Edgeserve-Placement"] == "cache"
+    assert headers["Content-Type"].startswith("text/event-stream") and served(loc) == 1
+    events = sse_events(raw)
+    assert streamed_text(events) == text
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 2
+
+    # a streamed miss is kept too, and answers streamed and plain requests alike
+    status, headers, raw = chat(gw, chat_body("Translate the sign into German.", image=img,
+                                              stream=True))
+    assert headers["X-Edgeserve-Placement"] == "local:local0" and served(loc) == 2
+    upstream_text = streamed_text(sse_events(raw))
+    again = chat(gw, chat_body("translate the sign into german", image=img, stream=True))
+    assert again[1]["X-Edgeserve-Placement"] == "cache"
+    assert streamed_text(sse_events(again[2])) == upstream_text
+    assert all("usage" not in json.loads(e) for e in sse_events(again[2])[:-1])
+    plain = chat(gw, chat_body("Translate the sign into German!", image=img))
+    assert plain[1]["X-Edgeserve-Placement"] == "cache" and served(loc) == 2
+    assert json.loads(plain[2])["choices"][0]["message"]["content"] == upstream_text
+    assert [r["placement"] for r in trace_records(tmp_path)] == [
+        "local:local0", "cache", "local:local0", "cache", "cache"]
