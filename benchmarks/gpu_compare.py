@@ -274,12 +274,13 @@ async def run_server(cfg: GpuCompareConfig, server: Server, gpu: GpuBusySampler)
         return await sweep_ceiling(cfg, gpu, add_figures, point_line)
     log = cfg.budget_dir / "logs" / f"{server}.log"
     cfg.trace(server).parent.mkdir(parents=True, exist_ok=True)
-    proc = ServerProcess(cfg.argv(server), "", log, {})
+    # /health: edgeserve answers 200 only once warmed up, vllm serve once its engine is up.
+    proc = ServerProcess(cfg.argv(server), log, port=cfg.port, ready_path="/health").start()
     try:
         t0 = time.monotonic()
-        await proc.wait_ready(f"http://127.0.0.1:{cfg.port}", cfg.startup_timeout_s)
+        await proc.wait_ready(cfg.startup_timeout_s)
         print(f"{server} ready after {time.monotonic() - t0:.0f} s", flush=True)
-        return await sweep_http(cfg, server, proc.proc.pid, gpu)
+        return await sweep_http(cfg, server, proc.pid, gpu)
     finally:
         proc.stop()
 

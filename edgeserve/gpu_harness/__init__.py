@@ -3,6 +3,6 @@
 A lent GPU host has a Python, a CUDA torch and no network; what a run carries is limited to
 64 MiB per call. :mod:`.resolve` works out, from the host's ``pip list``, which wheels a pinned
 vLLM and edgeserve need on top of what is installed there; :mod:`.pack` downloads them for the
-host's platform and packs them into chunks of at most 60 MiB (big wheels split, each part with its
+host's platform and packs them into chunks of at most 52 MiB (big wheels split, each part with its
 sha256) with a manifest; ``scripts/gpu/`` reassembles, installs and runs the benchmark on the host.
 """

@@ -5,7 +5,7 @@
 
 ``plan`` prints what would be carried, what the host already has, which pins are not followed
 and what is left out; ``pack`` also downloads the wheels for the host (``pip download``) and
-writes chunks of at most 60 MiB with ``manifest.json`` (see :mod:`edgeserve.gpu_harness.pack`).
+writes chunks of at most 52 MiB with ``manifest.json`` (see :mod:`edgeserve.gpu_harness.pack`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Download the planned wheels for the host's platform and pack them into chunks that travel.
 
-A run carries at most 64 MiB, so the wheels go in chunks of at most ``chunk_bytes`` (60 MiB):
+A run carries at most 64 MiB, the working tree (about 10 MiB) included, so the wheels go in
+chunks of at most ``chunk_bytes`` (52 MiB):
 small wheels are packed together first-fit by size, a wheel larger than a chunk (vLLM's is
 290 MiB) is split into parts that each fill a chunk of their own. ``manifest.json`` lists every
 wheel with its sha256 and, for a split one, its parts in order with theirs; the host side
@@ -24,7 +25,7 @@ from packaging.requirements import Requirement
 from edgeserve.gpu_harness.resolve import Dist, TargetEnv
 
 MiB = 1024 * 1024
-CHUNK_BYTES = 60 * MiB
+CHUNK_BYTES = 52 * MiB  # 64 MiB per run, less the working tree that travels with it
 # the host's glibc is 2.39; wheels tagged for any older manylinux install there
 MANYLINUX = (*(f"manylinux_2_{n}_x86_64" for n in range(39, 16, -1)), "manylinux2014_x86_64",
              "manylinux1_x86_64", "linux_x86_64")

@@ -53,9 +53,10 @@ tp-layouts)
     rc=0
     $PY benchmarks/tp_layouts.py "${args[@]}" 2>&1 | tee "$OUT/tp_layouts.log" || rc=$?
     budget="/tmp/edgeserve_tp_layouts/qwen2-vl-7b-${TOKENS:-1280}tok"
-    mkdir -p "$OUT/logs"
-    cp "$budget"/*.json "$OUT/" 2>/dev/null || true
-    for f in "$budget"/logs/*.log; do [[ -f $f ]] && tail -c 400000 "$f" > "$OUT/logs/$(basename "$f")"; done
+    keep=/tmp/edgeserve_keep; rm -rf "$keep"; mkdir -p "$keep/logs"
+    cp "$budget"/*.json "$keep"/ 2>/dev/null || true
+    for f in "$budget"/logs/*.log; do [[ -f $f ]] && tail -c 400000 "$f" > "$keep/logs/$(basename "$f")"; done
+    tar czf "$OUT/tp_layouts-parts.tgz" -C "$keep" .
     echo "done in $(( $(date +%s) - t0 )) s, rc $rc"
     exit $rc
     ;;
@@ -73,11 +74,13 @@ run)
     rc=0
     $PY benchmarks/gpu_compare.py "${args[@]}" 2>&1 | tee "$OUT/gpu_compare.log" || rc=$?
     budget="$PARTS/$SHAPE-${TOKENS:-1280}tok"
-    mkdir -p "$OUT/logs" "$OUT/traces"
-    cp "$budget"/*.json "$OUT/" 2>/dev/null || true
-    for f in "$budget"/logs/*.log; do [[ -f $f ]] && tail -c 400000 "$f" > "$OUT/logs/$(basename "$f")"; done
-    for f in "$budget"/traces/*.jsonl; do [[ -f $f ]] && gzip -c "$f" > "$OUT/traces/$(basename "$f").gz"; done
-    cp "$budget"/gpu_busy.csv "$OUT/" 2>/dev/null || true
+    # At most 8 files come back from $OUT: the merged JSON, table and log as they are, the
+    # parts, server logs, traces and GPU samples of this budget in one archive.
+    keep=/tmp/edgeserve_keep; rm -rf "$keep"; mkdir -p "$keep/logs"
+    cp "$budget"/*.json "$budget"/gpu_busy.csv "$keep"/ 2>/dev/null || true
+    for f in "$budget"/logs/*.log; do [[ -f $f ]] && tail -c 400000 "$f" > "$keep/logs/$(basename "$f")"; done
+    [[ -d "$budget/traces" ]] && cp -r "$budget/traces" "$keep/"
+    tar czf "$OUT/run-$SHAPE-${TOKENS:-1280}tok.tgz" -C "$keep" .
     echo "done in $(( $(date +%s) - t0 )) s, rc $rc"
     exit $rc
     ;;

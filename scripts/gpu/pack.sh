@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Here, before a GPU is lent (no GPU time): the wheels the GPU host lacks for vLLM and edgeserve,
-# downloaded for its platform and packed into chunks of at most 60 MiB under .gpu/wheels
+# downloaded for its platform and packed into chunks of at most 52 MiB under .gpu/wheels
 # (git-ignored), with manifest.json. HOST_PIP_LIST defaults to the H200 host's recorded list.
 #   scripts/gpu/pack.sh [HOST_PIP_LIST] [VLLM_VERSION]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+mkdir -p .gpu
 PIP_LIST=${1:-tests/data/gpu/h200_pip_list.txt}
 VLLM=${2:-0.26.0}
 python -m edgeserve.gpu_harness pack --pip-list "$PIP_LIST" --vllm "$VLLM" --python "${HOST_PYTHON:-3.12}" \
