@@ -133,6 +133,8 @@ async def _preprocess(ctx: ServerContext, urls: list[str], rec: RequestRecord) -
     finally:
         rec.preproc_end_s = time.monotonic()
         ctx.meter.cpu_exit(rec.preproc_end_s)
+    rec.preproc_retries = sum(r.retries for r in results
+                              if isinstance(r, Preprocessed | PreprocFailed))
     for r in results:
         if isinstance(r, PoolFull):
             raise HTTPFailure(429, "preprocessing queue is full; retry later", Outcome.REJECTED,
