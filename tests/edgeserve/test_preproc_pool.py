@@ -174,6 +174,26 @@ async def test_a_job_whose_worker_dies_on_both_attempts_fails_and_the_pool_serve
     assert my_segments() == []
 
 
+async def test_a_job_cancelled_while_it_waits_for_its_retry_leaves_nothing_behind() -> None:
+    # one worker: after its death the retry waits for the replacement; the client leaves
+    pool = PreprocPool(workers=1, params=SLOW, max_pending=2)
+    await pool.start()
+    try:
+        job = asyncio.ensure_future(pool.submit(ImageInput(SourceKind.SHM, data=big_photo_jpeg(5000))))
+        await kill_the_busy_worker(pool, set())
+        while not pool.retries:
+            await asyncio.sleep(0.001)
+        assert pool.queued == 1 and my_segments() != []  # the input waits for the retry
+        job.cancel()
+        await asyncio.gather(job, return_exceptions=True)
+        assert pool.queued == 0 and my_segments() == []
+        after = await pool.submit(ImageInput(SourceKind.SHM, data=jpeg(photos.coffee())))
+        assert after.pixels.ndim == 3 and after.retries == 0
+    finally:
+        await pool.close()
+    assert my_segments() == []
+
+
 async def test_a_full_queue_refuses_new_jobs() -> None:
     pool = PreprocPool(workers=1, params=SLOW, max_pending=1)
     await pool.start()
