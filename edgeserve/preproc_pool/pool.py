@@ -363,7 +363,8 @@ class PreprocPool:
                            f"before it was ready (last exit code {code})")
             if not any(s.process is not None and s.process.is_alive() for s in self.slots):
                 for p in list(self._queue):  # nobody will ever take them
-                    self._finish(p, error=PreprocFailed(ErrorKind.INTERNAL, self.broken))
+                    self._finish(p, error=PreprocFailed(ErrorKind.INTERNAL, self.broken,
+                                                        retries=len(p.deaths)))
                 self._queue.clear()
             self._dispatch()  # a job taken back goes to a worker still alive
             return
