@@ -6,7 +6,8 @@ of it as Poisson arrivals of photographs (``--images``, a new image in every req
 ``--duration`` seconds. Meanwhile:
 
 * every ``--worker-kill-every-s`` seconds a preprocessing worker gets SIGKILL (a busy one when
-  /health shows one, so that a job is lost with it; the pool starts a new worker);
+  /health shows one, so that the image it holds must be preprocessed again: the pool starts a new
+  worker and runs that image once more, and its client sees only a slower answer);
 * once, at ``--engine-kill-at-s`` (or up to 10 s later, at the first moment /health shows the
   engine running a request), vLLM's EngineCore gets SIGKILL (found by psutil in the server's
   process tree); the server fails the requests the engine held with 503, starts a new
@@ -21,6 +22,8 @@ server said not ready. Requests, answers and events stream to JSON Lines in ``--
 * requests sent, succeeded, failed, by status code, every 503 with its reason;
 * requests **lost**: no answer at all (a transport failure, a stream cut off without an error,
   or no answer by the end) — must be 0;
+* images the server preprocessed again after their worker was killed
+  (``edgeserve_preproc_retries_total``), next to the busy workers killed;
 * whether every failure is a 503 of a request the engine held when it died (the only failures
   allowed);
 * the time from the engine's death until a request sent after it succeeds, until /health
@@ -350,6 +353,7 @@ def summarize(answers: list[dict[str, Any]], events: list[dict[str, Any]]) -> di
         "lost": len(lost),
         "lost_detail": [f"request {a['i']}: {a['reason']}" for a in lost][:20],
         "failed_held_by_dead_engine": len(failed) - len(not_allowed),
+        # 500s of images whose worker died on both attempts (one death is retried unseen)
         "failed_with_a_killed_worker": sum(a["code"] == 500 and "preprocessing worker" in
                                            a["reason"] and "died" in a["reason"] for a in failed),
         "failures_not_allowed": len(not_allowed),
@@ -520,6 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     server = ServerProcess.edgeserve([], out / "server.log").start().ready(timeout_s=600)
     events_path, answers_path = out / "events.jsonl", out / "answers.jsonl"
     shm: dict[str, Any] = {}
+    preproc_retries = 0.0
     try:
         rate = args.sustainable_rate
         if rate is None:
@@ -545,6 +550,7 @@ def main(argv: list[str] | None = None) -> int:
         killer.join()
         events.close()
         time.sleep(2.0)  # the last requests' segments are unlinked as their handlers finish
+        preproc_retries = server.metric("edgeserve_preproc_retries_total")
         shm["server_segments_at_end"] = server_segments(server.pid)
         shm["dead_engine_queues"] = sorted(killer.dead_engine_queues)
         shm["dead_engine_queues_left"] = sorted(killer.dead_engine_queues & vllm_queues())
@@ -555,7 +561,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(read_jsonl(answers_path), read_jsonl(events_path))
     restarted = re.search(r"a new vLLM engine serves \(restart \d+, ([0-9.]+) s after",
                           server.log_path.read_text(errors="replace"))
-    summary |= {"shm": shm, "server_exit_code": code,
+    summary |= {"shm": shm, "server_exit_code": code, "preproc_retries": preproc_retries,
                 "server_restart_s": float(restarted[1]) if restarted else None, "sustainable_rps": round(rate, 3),
                 "offered_rps": round(offered, 3), "images": args.images,
                 "duration_s": args.duration, "worker_kill_every_s": args.worker_kill_every_s,

@@ -49,6 +49,9 @@ class Metrics:
             ["worker"], registry=r)
         self.worker_restarts = Counter(
             "edgeserve_worker_restarts", "Preprocessing workers replaced after dying", registry=r)
+        self.preproc_retries = Counter(
+            "edgeserve_preproc_retries",
+            "Images preprocessed again because the worker holding them died", registry=r)
         self.engine_busy = Counter(
             "edgeserve_engine_busy_seconds",
             "Time the engine spent in model steps (vLLM stat logger)", registry=r)
@@ -78,6 +81,7 @@ class Metrics:
 
     def observe_record(self, rec: RequestRecord) -> None:
         self.requests.labels(outcome=rec.outcome.value).inc()
+        self.preproc_retries.inc(rec.preproc_retries)
         for stage, a, b in stage_spans(rec):
             self.stage_seconds.labels(stage=stage.value).observe(b - a)
         if rec.outcome is Outcome.OK:

@@ -116,6 +116,10 @@ class RequestRecord(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False, 
     decision_queue: int | None = None
     decision_battery: float | None = None
     worker: int | None = None  # preprocessing worker (runtime) or CPU core (simulator)
+    # runtime: times an image of this request was preprocessed again because the worker holding
+    # it died (SIGKILL, OOM); the stage timestamps are the last attempt's, and the time lost to
+    # the dead attempt counts as preproc_queue
+    preproc_retries: int = 0
     # sizes
     image_bytes: int = 0
     num_images: int = 0

@@ -31,7 +31,7 @@ class ErrorKind(enum.StrEnum):
 
     BAD_IMAGE = "bad_image"  # the input cannot be an image we accept → HTTP 400
     INTERNAL = "internal"  # a bug or resource failure inside the worker → HTTP 500
-    WORKER_DIED = "worker_died"  # the worker process ended mid-job → HTTP 500
+    WORKER_DIED = "worker_died"  # the workers of both attempts ended mid-job → HTTP 500
 
 
 class PreprocParams(msgspec.Struct, frozen=True, array_like=True):

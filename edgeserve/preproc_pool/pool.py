@@ -4,8 +4,13 @@ Picture a deli counter with N clerks. Each clerk serves one ticket at a time; ti
 line of bounded length; when the line is full, new customers are told to come back later (HTTP
 429). Here a clerk is a worker process with its own pipe, so the frontend always knows which job
 each worker holds. When a worker dies — even by SIGKILL — the frontend sees its process sentinel
-become readable, fails exactly that job (HTTP 500, with the exit reason), unlinks the job's
-shared-memory segments and starts a replacement; the other jobs go on.
+become readable, unlinks what the dead attempt wrote (the job's output segment; the input segment
+stays for the next attempt), puts that job back at the head of the queue and starts a
+replacement; the other jobs go on. A job is retried once (``MAX_ATTEMPTS``): the retry runs on
+whichever worker is free first, another one or the replacement, and the client sees only a
+slower answer. If the retry's worker dies too, the job fails (HTTP 500, with both exit reasons):
+an image that kills every worker it reaches (a decoder crash, an allocation the kernel's OOM
+killer answers) takes down two workers, never more.
 
 Everything here runs on the frontend's asyncio loop: pipes and sentinels are watched with
 ``loop.add_reader``, so no thread is involved and the frontend never blocks on a worker.
@@ -41,6 +46,7 @@ from edgeserve.preproc_pool.messages import (
 from edgeserve.preproc_pool.worker import worker_main
 
 MAX_EARLY_DEATHS = 3
+MAX_ATTEMPTS = 2  # a job whose worker dies is run once more; a second death fails it
 PIPELINE_DEPTH = 2  # jobs in flight per worker: one running, one waiting in its pipe
 
 
@@ -49,11 +55,15 @@ class PoolFull(Exception):
 
 
 class PreprocFailed(Exception):
-    """A job failed; ``kind`` tells whether the client's input (400) or the server (500) is at fault."""
+    """A job failed; ``kind`` tells whether the client's input (400) or the server (500) is at fault.
 
-    def __init__(self, kind: ErrorKind, message: str) -> None:
+    ``retries``: how many times the job was run again after its worker died (0 or 1).
+    """
+
+    def __init__(self, kind: ErrorKind, message: str, retries: int = 0) -> None:
         super().__init__(message)
         self.kind = kind
+        self.retries = retries
 
 
 @dataclass(slots=True)
@@ -79,6 +89,7 @@ class Preprocessed:
     result: JobResult
     worker: int  # worker slot index, -1 for inline
     queued_s: float  # when the job entered the queue
+    retries: int = 0  # runs after a worker died holding the job (at most MAX_ATTEMPTS - 1)
 
 
 @dataclass(slots=True)
@@ -90,6 +101,8 @@ class _Pending:
     in_name: str
     out_name: str
     in_bytes: int = 0
+    # why each earlier attempt ended: its worker's death (one line per attempt)
+    deaths: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -153,6 +166,7 @@ class PreprocPool:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closing = False
         self.deaths = 0
+        self.retries = 0  # jobs run again after their worker died
         self.broken: str | None = None  # why the pool cannot work, if it cannot
 
     # ---- lifecycle ---------------------------------------------------------------------
@@ -316,7 +330,7 @@ class PreprocPool:
             self._finish(p, error=PreprocFailed(ErrorKind.INTERNAL, f"lost result segment: {e}"))
             return
         self._release(p)
-        p.future.set_result(Preprocessed(pixels, result, slot.index, p.queued_s))
+        p.future.set_result(Preprocessed(pixels, result, slot.index, p.queued_s, len(p.deaths)))
 
     def _on_death(self, slot: WorkerSlot) -> None:
         proc = slot.process
@@ -336,11 +350,12 @@ class PreprocPool:
         slot.busy_since_s = None
         self.deaths += 1
         if slot.jobs:
-            # jobs run in order: the first was in progress and fails; the rest never started
-            reason = _exit_reason(slot.index, proc.pid, code)
-            self._finish(slot.jobs.popleft(), error=PreprocFailed(ErrorKind.WORKER_DIED, reason))
+            # jobs run in order: the first was in progress and is retried or fails; the rest
+            # never started and go back to the head of the queue, in their order
+            held = slot.jobs.popleft()
             while slot.jobs:
                 self._queue.appendleft(slot.jobs.pop())
+            self._retry_or_fail(held, _exit_reason(slot.index, proc.pid, code))
         if self._closing:
             return
         if slot.early_deaths >= MAX_EARLY_DEATHS:
@@ -348,12 +363,36 @@ class PreprocPool:
                            f"before it was ready (last exit code {code})")
             if not any(s.process is not None and s.process.is_alive() for s in self.slots):
                 for p in list(self._queue):  # nobody will ever take them
-                    self._finish(p, error=PreprocFailed(ErrorKind.INTERNAL, self.broken))
+                    self._finish(p, error=PreprocFailed(ErrorKind.INTERNAL, self.broken,
+                                                        retries=len(p.deaths)))
                 self._queue.clear()
+            self._dispatch()  # a job taken back goes to a worker still alive
             return
         slot.restarts += 1
         self._spawn(slot)
         self._dispatch()  # jobs taken back from the dead worker go to the others
+
+    def _retry_or_fail(self, p: _Pending, death: str) -> None:
+        """The worker holding ``p`` died: queue ``p`` first for one more attempt, or fail it."""
+        p.deaths.append(death)
+        if p.future.done():  # cancelled: nobody waits for it any more
+            self._release(p)
+            return
+        if self._closing:
+            self._finish(p, error=PreprocFailed(ErrorKind.WORKER_DIED, death))
+            return
+        if len(p.deaths) >= MAX_ATTEMPTS:
+            earlier = "; ".join(p.deaths[:-1])
+            message = (f"{death}. It was the image's attempt {len(p.deaths)}; the earlier ended "
+                       f"the same way ({earlier}). An image whose workers die {MAX_ATTEMPTS} "
+                       f"times is not tried again")
+            self._finish(p, error=PreprocFailed(ErrorKind.WORKER_DIED, message,
+                                                retries=len(p.deaths) - 1))
+            return
+        # the dead attempt may have created its output segment; the next one creates it anew
+        shm.unlink(p.out_name)
+        self.retries += 1
+        self._queue.appendleft(p)
 
     def _finish(self, p: _Pending, error: PreprocFailed) -> None:
         self._release(p)

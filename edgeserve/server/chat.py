@@ -9,7 +9,8 @@ success, a 400, a 429, a dead worker, a client that hangs up — the record is f
 * 400: malformed request or an image that cannot be used (the message says why);
 * 404: a ``model`` other than the served one;
 * 429 + ``Retry-After``: admission limits reached (``--max-inflight``, ``--max-pending``);
-* 500: a worker died, the vision encoder failed or gave embeddings of the wrong shape, or the
+* 500: the workers of both attempts at an image died (one death is retried unseen by the
+  client), the vision encoder failed or gave embeddings of the wrong shape, or the
   engine failed (with the reason);
 * 503 + ``Retry-After``: the server is draining for shutdown.
 """
@@ -133,6 +134,8 @@ async def _preprocess(ctx: ServerContext, urls: list[str], rec: RequestRecord) -
     finally:
         rec.preproc_end_s = time.monotonic()
         ctx.meter.cpu_exit(rec.preproc_end_s)
+    rec.preproc_retries = sum(r.retries for r in results
+                              if isinstance(r, Preprocessed | PreprocFailed))
     for r in results:
         if isinstance(r, PoolFull):
             raise HTTPFailure(429, "preprocessing queue is full; retry later", Outcome.REJECTED,

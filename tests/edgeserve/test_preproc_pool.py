@@ -2,8 +2,10 @@
 
 Specification: a job comes back as the exact ``mm_preproc`` result for its bytes, through a
 shared-memory segment; bad images fail as BAD_IMAGE while the pool keeps serving; a worker killed
-mid-job fails only that job (WORKER_DIED, with the signal) and is replaced; a full queue refuses
-(PoolFull); and no ``edgeserve_<pid>_*`` segment outlives its job on any of these paths.
+mid-job is replaced and its job is run once more, by another worker or the replacement, and
+succeeds; a job whose worker is killed on both attempts fails (WORKER_DIED, with both signals)
+and the pool serves the next one; a full queue refuses (PoolFull); and no ``edgeserve_<pid>_*``
+segment outlives its job on any of these paths.
 """
 
 from __future__ import annotations
@@ -111,34 +113,85 @@ async def test_bad_images_fail_as_bad_image_and_the_pool_keeps_serving(
     assert pool.deaths == 0
 
 
-async def test_a_killed_worker_fails_its_job_and_is_replaced() -> None:
+async def kill_the_busy_worker(pool: PreprocPool, spare: set[int]) -> int:
+    """SIGKILL the worker that holds the (one) job in flight, once it is not one of ``spare``'s
+    pids (killed ones); returns its pid."""
+    while not any(s.busy and s.pid not in spare for s in pool.slots):
+        await asyncio.sleep(0.001)
+    pid = next(s.pid for s in pool.slots if s.busy and s.pid not in spare)
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+async def test_a_job_whose_worker_is_killed_is_retried_and_the_worker_replaced() -> None:
     pool = PreprocPool(workers=2, params=SLOW, max_pending=2)
     await pool.start()
     try:
-        await _kill_mid_job(pool)
+        slow = big_photo_jpeg(5000)
+        job = asyncio.ensure_future(pool.submit(ImageInput(SourceKind.SHM, data=slow)))
+        victim = await kill_the_busy_worker(pool, set())
+        done = await job
+        want = mm_preproc.preprocess(slow, min_pixels=SLOW.min_pixels, max_pixels=SLOW.max_pixels,
+                                     fast_decode=False, output=mm_preproc.OutputFormat.IMAGE)
+        assert done.retries == 1 and np.array_equal(done.pixels, want.image)
+        assert (pool.deaths, pool.retries) == (1, 1)
+        assert my_segments() == []
+        slot = next(s for s in pool.slots if s.restarts)
+        assert slot.restarts == 1 and slot.pid != victim
+        while not slot.ready:  # the replacement starts in about a second
+            await asyncio.sleep(0.05)
+        results = await asyncio.gather(*(pool.submit(ImageInput(SourceKind.SHM, data=jpeg(photos.coffee())))
+                                         for _ in range(4)))
+        assert {r.worker for r in results} == {0, 1} and {r.retries for r in results} == {0}
     finally:
         await pool.close()
     assert my_segments() == []
 
 
-async def _kill_mid_job(pool: PreprocPool) -> None:
-    slow = big_photo_jpeg(5000)
-    job = asyncio.ensure_future(pool.submit(ImageInput(SourceKind.SHM, data=slow)))
-    while not any(s.busy for s in pool.slots):
-        await asyncio.sleep(0.001)
-    victim = next(s for s in pool.slots if s.busy)
-    os.kill(victim.pid or 0, signal.SIGKILL)
-    with pytest.raises(PreprocFailed) as e:
-        await job
-    assert e.value.kind is ErrorKind.WORKER_DIED
-    assert "SIGKILL" in str(e.value)
+async def test_a_job_whose_worker_dies_on_both_attempts_fails_and_the_pool_serves_on() -> None:
+    # an image that kills every worker it reaches: here each worker holding it gets SIGKILL
+    pool = PreprocPool(workers=2, params=SLOW, max_pending=2)
+    await pool.start()
+    try:
+        slow = big_photo_jpeg(5000)
+        job = asyncio.ensure_future(pool.submit(ImageInput(SourceKind.SHM, data=slow)))
+        first = await kill_the_busy_worker(pool, set())
+        second = await kill_the_busy_worker(pool, {first})
+        with pytest.raises(PreprocFailed) as e:
+            await job
+        assert e.value.kind is ErrorKind.WORKER_DIED and e.value.retries == 1
+        message = str(e.value)
+        assert f"pid {first})" in message and f"pid {second})" in message
+        assert message.count("killed by SIGKILL") == 2 and "not tried again" in message
+        assert (pool.deaths, pool.retries) == (2, 1)
+        assert my_segments() == []
+        after = await pool.submit(ImageInput(SourceKind.SHM, data=jpeg(photos.coffee())))
+        assert after.pixels.ndim == 3 and after.retries == 0
+        assert sorted(s.restarts for s in pool.slots) == [1, 1]
+    finally:
+        await pool.close()
     assert my_segments() == []
-    while not victim.ready:  # the replacement starts in about a second
-        await asyncio.sleep(0.05)
-    assert victim.restarts == 1
-    results = await asyncio.gather(*(pool.submit(ImageInput(SourceKind.SHM, data=jpeg(photos.coffee())))
-                                     for _ in range(4)))
-    assert {r.worker for r in results} == {0, 1}
+
+
+async def test_a_job_cancelled_while_it_waits_for_its_retry_leaves_nothing_behind() -> None:
+    # one worker: after its death the retry waits for the replacement; the client leaves
+    pool = PreprocPool(workers=1, params=SLOW, max_pending=2)
+    await pool.start()
+    try:
+        job = asyncio.ensure_future(pool.submit(ImageInput(SourceKind.SHM, data=big_photo_jpeg(5000))))
+        await kill_the_busy_worker(pool, set())
+        while not pool.retries:
+            await asyncio.sleep(0.001)
+        assert pool.queued == 1 and my_segments() != []  # the input waits for the retry
+        job.cancel()
+        await asyncio.gather(job, return_exceptions=True)
+        assert pool.queued == 0 and my_segments() == []
+        after = await pool.submit(ImageInput(SourceKind.SHM, data=jpeg(photos.coffee())))
+        assert after.pixels.ndim == 3 and after.retries == 0
+    finally:
+        await pool.close()
+    assert my_segments() == []
 
 
 async def test_a_full_queue_refuses_new_jobs() -> None:
@@ -175,7 +228,7 @@ async def test_cancelled_jobs_release_their_segments(pool: PreprocPool) -> None:
 
 async def test_a_job_waiting_behind_a_killed_workers_job_is_not_lost() -> None:
     # One worker holds two jobs: the first running, the second waiting in its pipe. Killing it
-    # fails only the first; the second is taken back and served by the replacement.
+    # takes both back: the replacement runs the first again (its one retry), then the second.
     pool = PreprocPool(workers=1, params=SLOW, max_pending=4)
     await pool.start()
     try:
@@ -186,10 +239,10 @@ async def test_a_job_waiting_behind_a_killed_workers_job_is_not_lost() -> None:
         await asyncio.sleep(0)
         assert len(pool.slots[0].jobs) == 2
         os.kill(pool.slots[0].pid or 0, signal.SIGKILL)
-        with pytest.raises(PreprocFailed, match="SIGKILL"):
-            await first
-        done = await second
-        assert done.pixels.ndim == 3 and pool.slots[0].restarts == 1
+        retried, done = await first, await second
+        assert (retried.retries, done.retries) == (1, 0)
+        assert retried.pixels.ndim == done.pixels.ndim == 3 and pool.slots[0].restarts == 1
+        assert retried.result.start_s < done.result.start_s  # the retry kept its place in line
     finally:
         await pool.close()
     assert my_segments() == []

@@ -2,8 +2,8 @@
 
 One server (split mode, one worker, the tiny Qwen2-VL on vLLM's CPU build) serves the whole
 module; starting it takes about a minute. The tests are specifications of the API and of the
-robustness promises: bad input → 400 while others succeed, a SIGKILLed worker fails only its
-request, a client that goes away has its engine request aborted, no shared-memory segment is
+robustness promises: bad input → 400 while others succeed, a request whose worker is SIGKILLed
+is preprocessed again and answered (a second death fails it with 500 and both reasons), a client that goes away has its engine request aborted, no shared-memory segment is
 left behind, and SIGTERM drains what is in flight. The last test shuts the server down.
 """
 
@@ -284,32 +284,65 @@ def test_bad_requests_do_not_disturb_good_ones(
 
 
 # ---- failures inside the server -----------------------------------------------------------
-def test_a_sigkilled_worker_fails_its_request_and_the_next_succeeds(
+def kill_the_busy_worker(server: ServerProcess, spare: set[int],
+                         result: dict[str, Any]) -> dict[str, Any]:
+    """SIGKILL the worker /health shows busy (once it is none of the pids in ``spare``)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        busy = [w for w in server.get_json("/health")["workers"]
+                if w["busy"] and w["pid"] not in spare]
+        if busy:
+            os.kill(busy[0]["pid"], signal.SIGKILL)
+            return busy[0]
+    raise AssertionError(f"no worker picked up the image: {result}")
+
+
+def post_while_killing(server: ServerProcess, body: bytes,
+                       kills: int) -> tuple[int, dict[str, Any], list[int]]:
+    """Post ``body`` and SIGKILL each of the first ``kills`` workers that take its image."""
+    result: dict[str, Any] = {}
+    t = threading.Thread(target=lambda: result.update(reply=post_raw(server, body)))
+    t.start()
+    victims: list[int] = []
+    for _ in range(kills):
+        victims.append(kill_the_busy_worker(server, set(victims), result)["pid"])
+    t.join(60)
+    status, reply, _ = result["reply"]
+    return status, reply, victims
+
+
+def test_a_request_whose_worker_is_sigkilled_is_preprocessed_again_and_answered(
     server: ServerProcess, model: str, workdir: Path
 ) -> None:
     body = json.dumps({"model": model, "max_tokens": 4,
                        "messages": image_message(f"file://{workdir}/media/big.png")}).encode()
-    result: dict[str, Any] = {}
-    t = threading.Thread(target=lambda: result.update(reply=post_raw(server, body)))
-    t.start()
-    victim = None
-    deadline = time.monotonic() + 30
-    while victim is None and time.monotonic() < deadline:
-        busy = [w for w in server.get_json("/health")["workers"] if w["busy"]]
-        victim = busy[0] if busy else None
-    assert victim is not None, f"the worker never picked up the image: {result}"
-    os.kill(victim["pid"], signal.SIGKILL)
-    t.join(60)
-    status, reply, _ = result["reply"]
+    retries = server.metric("edgeserve_preproc_retries_total")
+    status, reply, [victim] = post_while_killing(server, body, kills=1)
+    assert status == 200 and reply["usage"]["completion_tokens"] >= 1, reply
+    assert server.metric("edgeserve_preproc_retries_total") == retries + 1
+    assert my_segments(server.pid) == []
+    worker = server.get_json("/health")["workers"][0]
+    assert worker["restarts"] == 1 and worker["pid"] != victim
+
+
+def test_a_request_whose_workers_die_twice_fails_with_500_and_the_next_succeeds(
+    server: ServerProcess, model: str, workdir: Path
+) -> None:
+    body = json.dumps({"model": model, "max_tokens": 4,
+                       "messages": image_message(f"file://{workdir}/media/big.png")}).encode()
+    restarts = server.get_json("/health")["workers"][0]["restarts"]
+    status, reply, victims = post_while_killing(server, body, kills=2)
     assert status == 500
-    assert "died" in reply["error"]["message"] and "SIGKILL" in reply["error"]["message"]
+    message = reply["error"]["message"]
+    assert all(f"(pid {v}) died" in message for v in victims), message
+    assert message.count("SIGKILL") == 2 and "not tried again" in message
     assert my_segments(server.pid) == []
     status, reply, _ = post_raw(server, json.dumps({
         "model": model, "max_tokens": 4,
         "messages": image_message(f"file://{workdir}/media/coffee.jpg")}).encode())
     assert status == 200 and reply["usage"]["completion_tokens"] >= 1
     worker = server.get_json("/health")["workers"][0]
-    assert worker["restarts"] == 1 and worker["pid"] != victim["pid"]
+    assert worker["restarts"] == restarts + 2 and worker["pid"] not in victims
 
 
 def _generated_tokens(server: ServerProcess) -> float:
@@ -401,7 +434,8 @@ def test_metrics_cover_stages_latencies_queues_workers_and_the_engine(server: Se
         assert needle in text, needle
     assert server.metric("edgeserve_engine_busy_seconds_total") > 0
     assert server.metric("edgeserve_requests_total", 'outcome="ok"') >= 10
-    assert server.metric("edgeserve_requests_total", 'outcome="failed"') >= 1  # the killed one
+    assert server.metric("edgeserve_requests_total", 'outcome="failed"') >= 1  # killed twice
+    assert server.metric("edgeserve_preproc_retries_total") >= 2  # both killed ones
 
 
 def test_event_stream_publishes_request_records_and_samples(
@@ -450,6 +484,10 @@ def test_the_trace_file_holds_the_lifecycle_of_every_request(server: ServerProce
             assert all(s is not None for s in stamps)
             assert stamps == sorted(stamps)  # type: ignore[type-var]
             assert len(r.token_times_s) == r.output_tokens
+    # the request answered after its worker died, and the one that failed after two deaths
+    retried = [r.outcome for r in reqs if r.preproc_retries]
+    assert retried.count(records.Outcome.OK) >= 1 and retried.count(records.Outcome.FAILED) >= 1
+    assert all(r.preproc_retries <= 1 for r in reqs)
     assert samples and all("frontend" in s.process_cpu and "worker0" in s.process_cpu
                            for s in samples[-3:])
     assert any(s.engine_busy > 0 for s in samples)

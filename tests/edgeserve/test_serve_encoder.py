@@ -5,8 +5,9 @@ One server (split mode, the default worker count, ``--trace``) serves the module
 has as many tokens as with vLLM's own tower (text + one per 28×28 px + 2) for two image sizes;
 greedy output equals a server without the encoder; the trace stamps normalize ≤ encode ≤
 preproc end ≤ engine queued, and the Perfetto export draws the encode on the worker's row;
-``/metrics`` counts every encode; the engine runs no encoder of its own; a worker SIGKILLed
-mid-encode fails only its request; nothing is left in ``/dev/shm``. Then inline mode with the
+``/metrics`` counts every encode; the engine runs no encoder of its own; a request whose worker is
+SIGKILLed mid-encode is encoded again and answered, one whose workers are killed mid-encode twice
+fails alone with 500; nothing is left in ``/dev/shm``. Then inline mode with the
 encoder, and a missing export refused in one paragraph.
 
 Greedy agreement, and its tolerance: edgeserve's chat endpoint returns no logprobs, so the
@@ -196,33 +197,50 @@ def test_metrics_count_every_encode(server: ServerProcess) -> None:
     assert server.metric("edgeserve_stage_seconds_sum", 'stage="encode"') > 0
 
 
-def test_a_worker_sigkilled_while_encoding_fails_only_its_request(
+def post_killing_encoders(server: ServerProcess, body: dict[str, Any],
+                          kills: int) -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
+    """Post ``body`` and SIGKILL each of the first ``kills`` workers seen encoding its image."""
+    result: dict[str, Any] = {}
+    t = threading.Thread(target=lambda: result.update(reply=post(server, body)))
+    t.start()
+    victims: list[dict[str, Any]] = []
+    while len(victims) < kills:
+        deadline = time.monotonic() + 30
+        victim = None
+        while victim is None and time.monotonic() < deadline:
+            encoding = [w for w in server.get_json("/health")["workers"]
+                        if w["stage"] == "encode" and w["pid"] not in [v["pid"] for v in victims]]
+            victim = encoding[0] if encoding else None
+        assert victim is not None, f"no worker was seen encoding the image: {result}"
+        os.kill(victim["pid"], signal.SIGKILL)
+        victims.append(victim)
+    t.join(60)
+    status, reply = result["reply"]
+    return status, reply, victims
+
+
+def test_a_request_whose_worker_is_sigkilled_while_encoding_is_encoded_again(
     server: ServerProcess, workdir: Path
 ) -> None:
     model = server.get_json("/v1/models")["data"][0]["id"]
     body = {"model": model, "max_tokens": 4,
             "messages": image_message(f"file://{workdir}/media/big.png")}
-    result: dict[str, Any] = {}
-    t = threading.Thread(target=lambda: result.update(reply=post(server, body)))
-    t.start()
-    victim = None
-    deadline = time.monotonic() + 30
-    while victim is None and time.monotonic() < deadline:
-        encoding = [w for w in server.get_json("/health")["workers"] if w["stage"] == "encode"]
-        victim = encoding[0] if encoding else None
-    assert victim is not None, f"the worker was never seen encoding: {result}"
-    os.kill(victim["pid"], signal.SIGKILL)
-    t.join(60)
-    status, reply = result["reply"]
+    status, reply, [victim] = post_killing_encoders(server, body, kills=1)
+    assert status == 200 and reply["usage"]["completion_tokens"] == 4, reply
+    assert server.metric("edgeserve_preproc_retries_total") == 1
+    assert my_segments(server.pid) == []
+    status, reply, victims = post_killing_encoders(server, body, kills=2)
     assert status == 500
-    assert "died" in reply["error"]["message"] and "SIGKILL" in reply["error"]["message"]
+    message = reply["error"]["message"]
+    assert message.count("SIGKILL") == 2 and "not tried again" in message, message
     assert my_segments(server.pid) == []
     status, reply = post(server, {**body, "messages": image_message(
         data_url(jpeg(photos.coffee())))})
     assert status == 200 and reply["usage"]["completion_tokens"] == 4
     workers = server.get_json("/health")["workers"]
-    assert [w["restarts"] for w in workers] == [int(w["index"] == victim["index"]) for w in workers]
-    assert victim["pid"] not in [w["pid"] for w in workers]
+    killed = [v["index"] for v in [victim, *victims]]
+    assert [w["restarts"] for w in workers] == [killed.count(w["index"]) for w in workers]
+    assert not {v["pid"] for v in [victim, *victims]} & {w["pid"] for w in workers}
 
 
 def test_the_trace_stamps_the_encode_between_patchify_and_the_hand_off(
@@ -245,7 +263,9 @@ def test_the_trace_stamps_the_encode_between_patchify_and_the_hand_off(
         assert stamps == sorted(stamps)  # type: ignore[type-var]
         assert records.Stage.ENCODE in [s for s, _, _ in records.stage_spans(r)]
     failed = [r for r in reqs if r.outcome is records.Outcome.FAILED]
-    assert failed and all(r.encode_end_s is None for r in failed)  # the killed one
+    assert failed and all(r.encode_end_s is None for r in failed)  # the one killed twice
+    assert [r.preproc_retries for r in failed] == [1]
+    assert [r.preproc_retries for r in ok].count(1) == 1  # the one killed once, then encoded
     # vLLM ran in its embedding-only mode: no tower loaded, none profiled (the steps still count
     # the embeddings as "encoder" tokens: they pass through its encoder cache)
     first = server.log_path.read_text().splitlines()[0]

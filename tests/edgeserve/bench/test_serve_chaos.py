@@ -14,6 +14,11 @@ from serve_chaos import default_engine_kill_s, summarize, verdict  # noqa: E402
 
 ENGINE_DIED = "the inference engine has died (its process ended); this request is lost"
 RESTARTING = "the inference engine is restarting after its process ended; retry later"
+# one image whose worker died on both attempts (a single death is retried unseen)
+TWICE = ("preprocessing worker 1 (pid 14) died while processing this image: killed by SIGKILL. "
+         "It was the image's attempt 2; the earlier ended the same way (preprocessing worker 0 "
+         "(pid 11) died while processing this image: killed by SIGKILL). An image whose workers "
+         "die 2 times is not tried again")
 
 
 def answer(i: int, sent_s: float, end_s: float, code: int, *, attempt: int = 0,
@@ -37,7 +42,7 @@ EVENTS = [
 def test_the_dead_engines_held_requests_are_the_only_excused_failures() -> None:
     answers = [
         answer(0, 10.0, 11.0, 200),
-        answer(1, 29.5, 30.1, 500, reason="preprocessing worker 0 (pid 11) died"),
+        answer(1, 29.5, 30.1, 500, reason=TWICE),
         answer(2, 44.0, 45.2, 503, in_stream=True, reason=ENGINE_DIED),  # held by the engine
         answer(3, 44.9, 45.1, 503, reason=ENGINE_DIED),  # held, before its stream began
         answer(4, 46.0, 46.01, 503, reason=RESTARTING),  # refused, sent again, served
@@ -55,7 +60,7 @@ def test_the_dead_engines_held_requests_are_the_only_excused_failures() -> None:
     assert (s["lost"], s["failed_held_by_dead_engine"], s["failures_not_allowed"]) == (1, 2, 1)
     assert s["failed_with_a_killed_worker"] == 1
     assert s["failures_not_allowed_detail"] == [
-        "request 1 sent at 29.5 s: 500 preprocessing worker 0 (pid 11) died"]
+        f"request 1 sent at 29.5 s: 500 {TWICE}"]
     # request 5 (sent after the kill) is the first to succeed: 7.8 s after the engine died
     assert s["first_success_after_engine_death"] == {"sent_s_after_kill": 5.0,
                                                      "succeeded_s_after_kill": 7.8}
