@@ -40,6 +40,7 @@ from edgeserve.console import say
 from edgeserve.records import EngineStep
 from edgeserve.stalls import StallMeter
 from edgeserve.start_failures import ModelFolderError
+from edgeserve.step_span import StepSpans, StepTiming
 
 if TYPE_CHECKING:
     from vllm.outputs import RequestOutput
@@ -64,6 +65,7 @@ def _make_logger_factory(meter: StallMeter, state: EngineState) -> Any:
 
         def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
             self.engine_index = engine_index
+            self.spans = StepSpans(step_timing(vllm_config))
 
         def record(self, scheduler_stats: Any, iteration_stats: Any,
                    mm_cache_stats: Any = None, engine_idx: int = 0) -> None:
@@ -75,10 +77,11 @@ def _make_logger_factory(meter: StallMeter, state: EngineState) -> Any:
             details = scheduler_stats.iteration_details
             if details is not None and not details.is_dummy:
                 now = time.monotonic()
-                meter.engine_step(now, details.elapsed_ms / 1000.0)
+                span_s = self.spans.span_s(now, details.elapsed_ms / 1000.0, state.running)
+                meter.engine_step(now, span_s)
                 if state.on_step is not None:
                     state.on_step(EngineStep(
-                        t_s=now, duration_s=details.elapsed_ms / 1000.0,
+                        t_s=now, duration_s=span_s,
                         prefill_requests=details.num_ctx_requests,
                         prefill_tokens=details.num_ctx_tokens,
                         decode_requests=details.num_generation_requests,
@@ -92,6 +95,13 @@ def _make_logger_factory(meter: StallMeter, state: EngineState) -> Any:
             return None
 
     return EngineActivityLogger
+
+
+def step_timing(vllm_config: Any) -> StepTiming:
+    """How the engine's steps are timed (:mod:`edgeserve.step_span`): by vLLM's own elapsed time,
+    or — under async scheduling, where that is only the dispatch — by output intervals."""
+    sched = getattr(vllm_config, "scheduler_config", None)
+    return StepTiming.for_engine(bool(getattr(sched, "async_scheduling", False)))
 
 
 def _psm_segments() -> set[str]:
@@ -282,7 +292,8 @@ class Engine:
             "block_size": cache.block_size, "kv_cache_blocks": blocks,
             "kv_cache_tokens": int(tokens) if tokens is not None else blocks * cache.block_size,
             "enable_prefix_caching": bool(cache.enable_prefix_caching),
-            "platform": "cpu" if vc.device_config.device_type == "cpu" else "gpu"}
+            "platform": "cpu" if vc.device_config.device_type == "cpu" else "gpu",
+            "step_timing": step_timing(vc).value}
         concurrency = getattr(cache, "kv_cache_max_concurrency", None)
         if concurrency is not None:
             out["kv_cache_max_concurrency"] = round(float(concurrency), 4)

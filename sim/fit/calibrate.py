@@ -110,7 +110,10 @@ def calibrate_traces(data: TraceData) -> Calibration:
     warm = [s for i, s in enumerate(data.steps) if i not in cold]
     quiet = [s for s in warm
              if sum(iv.fraction(s.t_s - s.duration_s, s.t_s) for iv in busy.values()) < 0.05]
-    use_quiet = len(quiet) >= 4 * MIN_SAMPLES and cal.host_cores > 0
+    # contention is the workers' CPU slowing the engine's steps: only where the engine computes
+    # on the CPU (on a GPU, steps with images follow busy workers without being slowed by them)
+    on_cpu = cal.engine.get("platform", "cpu") == "cpu"
+    use_quiet = on_cpu and len(quiet) >= 4 * MIN_SAMPLES and cal.host_cores > 0
     if data.steps:
         cal.input_processing = input_processing(ok, data.steps)
     fitted = quiet if use_quiet else warm

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeserve.records import EngineStep, RequestRecord, TraceHeader, read_trace
+from edgeserve.step_span import respan
 
 
 @dataclass(slots=True)
@@ -42,9 +43,20 @@ def read_traces(paths: Iterable[str | Path]) -> TraceData:
                 warmup = data.meta.get("warmup")
                 if isinstance(warmup, dict):
                     warm_until_s = float(warmup["end_t_s"])
+        if dispatch_timed(data.meta):
+            data.steps[first:] = respan(data.steps[first:])
         data.runs.append((first, len(data.steps)))
         data.record_runs.append((first_record, len(data.records)))
     return data
+
+
+def dispatch_timed(meta: dict[str, Any]) -> bool:
+    """Whether a runtime trace's steps carry vLLM's dispatch times instead of their spans: a GPU
+    engine (async scheduling) recorded before the header named its ``step_timing``
+    (:mod:`edgeserve.step_span`)."""
+    engine = meta.get("engine")
+    return (isinstance(engine, dict) and engine.get("platform") == "gpu"
+            and "step_timing" not in engine)
 
 
 def read_records(paths: Iterable[str | Path]) -> Iterable[RequestRecord]:
