@@ -62,6 +62,7 @@ def main() -> int:
         for label, mm in (("image", {"image": pil}), ("onnxruntime_f32", embeds(ort)),
                           ("openvino", embeds(ov))):
             o = llm.generate({"prompt": PROMPT, "multi_modal_data": mm}, sp, use_tqdm=False)[0]
+            assert o.outputs[0].logprobs is not None and o.prompt_token_ids is not None
             lp = o.outputs[0].logprobs[0]
             outs[label] = (len(o.prompt_token_ids), {t: v.logprob for t, v in lp.items()})
         base = outs["image"][1]
@@ -73,9 +74,9 @@ def main() -> int:
             return max(abs(a[t] - b[t]) for t in set(a) & set(b))
 
         for label in ("onnxruntime_f32", "openvino"):
-            lp = outs[label][1]
-            print(f"  {label:>16} vs image: max |logprob diff| {diff(base, lp):.2e}, same top-1 "
-                  f"{max(lp, key=lambda t: lp[t]) == max(base, key=lambda t: base[t])}")
+            other = outs[label][1]
+            print(f"  {label:>16} vs image: max |logprob diff| {diff(base, other):.2e}, same top-1 "
+                  f"{max(other, key=lambda t: other[t]) == max(base, key=lambda t: base[t])}")
         print(f"  openvino vs onnxruntime_f32: max |logprob diff| "
               f"{diff(outs['openvino'][1], outs['onnxruntime_f32'][1]):.2e}")
     return 0

@@ -93,7 +93,7 @@ def main() -> None:
     para = similarities(embedder, pairs, "paraphrase", guarded=True)
     near = similarities(embedder, pairs, "near_miss", guarded=True)
     chosen = pick_threshold(near, args.max_false)
-    default = GatewayConfig.__dataclass_fields__["cache_threshold"].default
+    default = float(GatewayConfig.__dataclass_fields__["cache_threshold"].default)  # type: ignore[arg-type]
     print(f"{len(para)} paraphrase and {len(near)} near-miss pairs ({PAIRS.name})")
     print(f"similarity  paraphrase p10/p50/p90 {np.percentile(raw_para, 10):.3f}/"
           f"{np.median(raw_para):.3f}/{np.percentile(raw_para, 90):.3f}; near-miss p50/p90/max "

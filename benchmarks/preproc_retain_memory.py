@@ -96,10 +96,10 @@ def main() -> int:
             summary.setdefault(size, {})[stage] = {"off_ms": a, "on_ms": b, "ratio": r}
             print(f"{size:>10s} {stage:>7s} {statistics.median(a):14.2f} {statistics.median(b):14.2f}"
                   f"   {statistics.median(r):.2f} ({min(r):.2f}–{max(r):.2f})")
-    for b in (0, RETAIN_FREED_BYTES):
-        rss = [p[b]["rss_bytes"] for p in rounds]
-        print(f"worker RSS after the stream, retain {b >> 20} MiB: "
-              f"{statistics.median(rss) / 2**20:.0f} MiB")  # type: ignore[arg-type]
+    for retain in (0, RETAIN_FREED_BYTES):
+        rss = [float(p[retain]["rss_bytes"]) for p in rounds]  # type: ignore[arg-type]
+        print(f"worker RSS after the stream, retain {retain >> 20} MiB: "
+              f"{statistics.median(rss) / 2**20:.0f} MiB")
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"sizes": SIZES, "retain_freed_bytes": RETAIN_FREED_BYTES,

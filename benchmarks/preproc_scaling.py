@@ -18,7 +18,7 @@ import json
 import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 # The photo set and the one-thread worker initializer are the pool benchmark's (same directory).
@@ -35,9 +35,9 @@ def _work(data: bytes) -> int:
 
 
 def run_pool(kind: str, workers: int, images: list[bytes], rounds: int) -> float:
-    ex_cls = ProcessPoolExecutor if kind == "process" else ThreadPoolExecutor
-    kwargs = {"initializer": _init_worker} if kind == "process" else {}
-    with ex_cls(max_workers=workers, **kwargs) as ex:  # type: ignore[operator]
+    ex: Executor = (ProcessPoolExecutor(max_workers=workers, initializer=_init_worker)
+                    if kind == "process" else ThreadPoolExecutor(max_workers=workers))
+    with ex:
         list(ex.map(_work, images[:workers]))  # warm-up: imports, first decode
         t0 = time.perf_counter()
         for _ in range(rounds):

@@ -202,7 +202,8 @@ def main() -> int:
     ap.add_argument("--trace-dir", help="write traces here (default /dev/null)")
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(one(*args.one, args.trace_dir)))
+        devices, requests = args.one
+        print(json.dumps(one(devices, requests, args.trace_dir)))
         return 0
     if not (args.fleet or args.requests or args.ray or args.pool):
         args.fleet = args.requests = args.ray = True

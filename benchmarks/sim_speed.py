@@ -47,7 +47,7 @@ CPU_TIME = False  # --cpu-time: measure this process's CPU time instead of wall 
 def raw_simpy_events_per_s(n: int) -> float:
     env = simpy.Environment()
 
-    def loop(env: simpy.Environment):  # type: ignore[no-untyped-def]
+    def loop(env: simpy.Environment):  # type: ignore[no-untyped-def,unused-ignore]
         timeout = env.timeout
         for _ in range(n):
             yield timeout(1)

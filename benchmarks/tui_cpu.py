@@ -239,7 +239,8 @@ def main() -> int:
         f"{cores[0]}, UI on core {cores[1]}; UI: {args.layout} layout, headless, "
         f"refresh {args.refresh:g} s; {args.rate:g} requests/s with {OUTPUT_TOKENS} tokens each"
     )
-    idle, loaded = [], []
+    idle: list[dict[str, float]] = []
+    loaded: list[dict[str, float]] = []
     for r in range(args.rounds):
         for rate, bucket in ((0.0, idle), (args.rate, loaded)):
             res = measure(rate, args.duration, args.warmup, args.refresh, cores, args.layout)
