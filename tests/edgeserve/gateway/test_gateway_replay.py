@@ -3,15 +3,22 @@ simulator: the same requests under the same policy."""
 
 from __future__ import annotations
 
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import Proc, chat, chat_body, gateway, png_data_url, trace_records, upstream
 
 from edgeserve.records import RequestRecord, read_trace
-from sim.experiments.gateway_replay import read_gateway_trace, replay, replay_scenario
+from sim.experiments.gateway_replay import (
+    cloud_from_server,
+    read_gateway_trace,
+    replay,
+    replay_scenario,
+)
 from sim.scenario.schema import ConfigError
 
 SIZES = [(640, 480), (1280, 720), (320, 240), (1024, 768)]
@@ -32,9 +39,15 @@ def test_a_recorded_gateway_trace_replays_with_its_requests_and_policy(
     assert len(live) == 12
 
     header, recs = read_gateway_trace(trace)
-    raw = replay_scenario(trace, header, len(recs), {})
+    raw = replay_scenario(trace, header, recs, {})
     assert raw["policy"]["kind"] == "predicted_latency" and raw["requests"] == 12
     assert raw["devices"][0]["profile"] == "jetson-orin-nano"
+    # the link is the one the gateway measured to its cloud, not a scenario's
+    rtts = sorted(r.link_rtt_s for r in recs if r.link_rtt_s is not None)
+    assert len(rtts) == 12 and all(0 < x < 1.0 for x in rtts)
+    link = raw["devices"][0]["link"]
+    assert link["rtt_ms"] == pytest.approx(statistics.median(rtts) * 1000)
+    assert link["uplink_mbps"] == pytest.approx(20.0)  # flat PNGs: too small to measure it
 
     out = subprocess.run([sys.executable, "-m", "edgeserve", "sim", "run", "--replay-gateway",
                           str(trace), "--no-progress"], capture_output=True, text=True,
@@ -65,3 +78,58 @@ def test_a_trace_not_from_the_gateway_is_refused(tmp_path: Path) -> None:
                           str(path)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "not a trace written by" in out.stderr
+
+
+CALIB = Path(__file__).resolve().parents[2] / "sim" / "data" / "calib.jsonl"
+
+
+def test_a_calibrated_server_profile_stands_for_the_cloud(tmp_path: Path, procs: list[Proc]
+                                                         ) -> None:
+    """``replay(cloud_profile=P)``: the simulated cloud serves with the calibrated server's step
+    model and preprocessing, so a server profile whose steps take ten times as long makes the
+    offloaded requests' simulated E2E longer, and the default cloud (an L4) is no longer in it."""
+    server = tmp_path / "server.yaml"
+    cal = subprocess.run([sys.executable, "-m", "edgeserve", "calibrate", str(CALIB), "--out",
+                          str(server), "--base", "jetson-orin-nano"], capture_output=True,
+                         text=True, timeout=300)
+    assert cal.returncode == 0, cal.stderr
+    prof = yaml.safe_load(server.read_text())
+    slow = {**prof, "llm": {**prof["llm"], "step": {
+        **prof["llm"]["step"], "base_s": prof["llm"]["step"]["base_s"] * 10,
+        "per": {k: v * 10 for k, v in prof["llm"]["step"]["per"].items()}}}}
+    slow_path = tmp_path / "slow.yaml"
+    slow_path.write_text(yaml.safe_dump(slow))
+
+    procs.append(loc := upstream(tmp_path, "loc"))
+    procs.append(cloud := upstream(tmp_path, "cloud"))
+    procs.append(gw := gateway(tmp_path, "--local", loc.url, "--cloud", cloud.url,
+                               "--policy", "always_cloud"))
+    for i in range(10):
+        w, h = SIZES[i % len(SIZES)]
+        assert chat(gw, chat_body(f"question {i}", image=png_data_url(w, h)))[0] == 200
+    gw.stop()
+    trace = tmp_path / "gateway.jsonl"
+    _, recs = read_gateway_trace(trace)
+
+    made = cloud_from_server(prof, {"name": "l4", "server": {"max_batch": 64}}, recs)
+    assert made["server"]["step"] == prof["llm"]["step"]
+    assert made["server"]["max_batch"] == prof["llm"]["step"]["max_num_seqs"]
+    assert made["server"]["preprocess_s_per_mpixel"] > 0
+
+    _, live, fast = replay(trace, cloud_profile=server)
+    _, _, slower = replay(trace, cloud_profile=slow_path)
+    _, _, l4 = replay(trace)
+    assert live.offload_share == fast.offload_share == slower.offload_share == 1.0
+    assert slower.e2e_p50_s > 3 * fast.e2e_p50_s
+    assert fast.e2e_p50_s != pytest.approx(l4.e2e_p50_s, rel=0.05)
+
+    out = subprocess.run([sys.executable, "-m", "edgeserve", "sim", "run", "--replay-gateway",
+                          str(trace), "--cloud-profile", str(tmp_path / "missing.yaml")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "missing.yaml" in out.stderr
+
+
+def test_a_server_profile_without_a_step_model_cannot_stand_for_the_cloud() -> None:
+    with pytest.raises(ConfigError, match="no engine step model"):
+        cloud_from_server({"name": "x", "llm": {}}, {"name": "l4"}, [])
