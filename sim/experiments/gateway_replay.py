@@ -81,6 +81,23 @@ def read_gateway_trace(path: str | Path) -> tuple[TraceHeader, list[RequestRecor
     return header, recs
 
 
+def trace_from(trace: str | Path, first_s: float, out: str | Path) -> Path:
+    """A copy of a gateway trace without the requests that arrived before ``first_s`` (on the
+    trace's clock): a warm-up, sent to teach the gateway its targets' service times, is then
+    neither live nor simulated."""
+    from edgeserve.records import TraceWriter
+
+    header, recs = read_gateway_trace(trace)
+    kept = [r for r in recs if r.arrived_s >= first_s]
+    if not kept:
+        raise ConfigError(f"{trace}: no request arrived after {first_s:.3f} s")
+    w = TraceWriter(str(out), header)
+    for r in kept:
+        w.write(r)
+    w.close()
+    return Path(out)
+
+
 def measured_link(records: list[RequestRecord]) -> dict[str, Any] | None:
     """The link the gateway measured to its cloud, as a scenario ``link``: the median over the
     records of the round trip and upload rate its decisions saw, the download at the upload's

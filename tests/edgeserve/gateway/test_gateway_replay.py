@@ -18,6 +18,7 @@ from sim.experiments.gateway_replay import (
     read_gateway_trace,
     replay,
     replay_scenario,
+    trace_from,
 )
 from sim.scenario.schema import ConfigError
 
@@ -128,6 +129,22 @@ def test_a_calibrated_server_profile_stands_for_the_cloud(tmp_path: Path, procs:
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "missing.yaml" in out.stderr
+
+
+def test_a_warm_up_is_cut_from_a_gateway_trace(tmp_path: Path) -> None:
+    from edgeserve.records import TraceHeader, TraceWriter
+
+    path = tmp_path / "gw.jsonl"
+    w = TraceWriter(str(path), TraceHeader(producer="edgeserve gateway",
+                                           meta={"policy": "always_local"}))
+    for i, t in enumerate([1.0, 2.0, 5.0, 6.5]):
+        w.write(RequestRecord(id=str(i), arrived_s=t, placement="local:d", finished_s=t + 0.1))
+    w.close()
+    out = trace_from(path, 5.0, tmp_path / "measured.jsonl")
+    header, recs = read_gateway_trace(out)
+    assert header.meta["policy"] == "always_local" and [r.id for r in recs] == ["2", "3"]
+    with pytest.raises(ConfigError, match="no request arrived after"):
+        trace_from(path, 7.0, tmp_path / "none.jsonl")
 
 
 def test_a_server_profile_without_a_step_model_cannot_stand_for_the_cloud() -> None:
