@@ -13,7 +13,7 @@ measured. For each policy the same arrivals are sent, the gateway's trace is rep
 offload share and TTFT/E2E p50/p99 are printed live beside simulated. ``--fake`` uses the test
 suite's fake upstreams and the Jetson profile instead (seconds instead of minutes).
 
-    python benchmarks/gateway.py [--requests 80] [--rate-hz 4] [--calib-budget-s 60] [--fake]
+    python benchmarks/gateway.py [--requests 80] [--rate-hz 4] [--calib-budget-s 90] [--fake]
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "edgeserve" / "gateway"))
-from conftest import Proc, chat, chat_body, gateway, png_data_url, upstream
+from conftest import Proc, chat, chat_body, gateway, png_data_url, post, upstream
 
 from edgeserve.bench.server_process import ServerProcess
-from sim.experiments.gateway_replay import format_replay, replay
+from sim.experiments.gateway_replay import format_replay, replay, trace_from
 
 SIZES = [(640, 480), (1280, 720), (320, 240)]
 
@@ -46,6 +46,22 @@ def schedule(n: int, rate_hz: float, seed: int) -> list[tuple[float, int, int]]:
     return out
 
 
+def ask(gw: Proc, text: str, image: str) -> int:
+    body = chat_body(text, image=image, max_tokens=16, stream=True,
+                     stream_options={"include_usage": True})
+    return chat(gw, body)[0]
+
+
+def warm_up(gw: Proc, policy: str) -> None:
+    """Teach the gateway both targets' service times (the cloud's starts at a 1 s guess, learnt
+    only from calls to it), then hand the decisions to ``policy``."""
+    for placement in ("always_cloud", "always_local"):
+        post(gw.url + "/admin/policy", {"policy": placement})
+        for w, h in SIZES:
+            ask(gw, f"warm up {w}x{h}", png_data_url(w, h))
+    post(gw.url + "/admin/policy", {"policy": policy})
+
+
 def send_all(gw: Proc, arrivals: list[tuple[float, int, int]]) -> list[int]:
     images = {(w, h): png_data_url(w, h) for _, w, h in arrivals}
     statuses: list[int] = [0] * len(arrivals)
@@ -53,8 +69,7 @@ def send_all(gw: Proc, arrivals: list[tuple[float, int, int]]) -> list[int]:
 
     def one(i: int, t: float, w: int, h: int) -> None:
         time.sleep(max(0.0, t0 + t - time.monotonic()))
-        statuses[i] = chat(gw, chat_body(f"What is in picture {i}?", image=images[(w, h)],
-                                         max_tokens=16))[0]
+        statuses[i] = ask(gw, f"What is in picture {i}?", images[(w, h)])
 
     threads = [threading.Thread(target=one, args=(i, *a)) for i, a in enumerate(arrivals)]
     for th in threads:
@@ -68,7 +83,8 @@ def calibrate(server: ServerProcess, trace: Path, budget_s: float, out: Path) ->
     """A calibrated profile of ``server`` (started with ``--trace trace``) from a designed run."""
     edgeserve = [sys.executable, "-m", "edgeserve", "calibrate"]
     subprocess.run([*edgeserve, "record", "--url", server.url, "--budget-s", str(budget_s),
-                    "--out", str(out.with_suffix(".schedule.jsonl"))], check=True,
+                    "--image-rate", "2", "--out", str(out.with_suffix(".schedule.jsonl"))],
+                   check=True,
                    stdout=subprocess.DEVNULL)
     time.sleep(2.0)  # the server flushes its trace with each resource sample
     subprocess.run([*edgeserve, str(trace), "--out", str(out), "--base", "jetson-orin-nano",
@@ -80,7 +96,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=80)
     ap.add_argument("--rate-hz", type=float, default=4.0)
-    ap.add_argument("--calib-budget-s", type=float, default=60.0)
+    ap.add_argument("--calib-budget-s", type=float, default=90.0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--policies", default="predicted_latency,thermal_aware")
     ap.add_argument("--fake", action="store_true", help="fake upstreams, not edgeserve servers")
@@ -117,12 +133,14 @@ def main() -> None:
                          "--policy", policy, "--profile", profile,
                          "--sensors", "virtual")
             try:
-                chat(gw, chat_body("warm up"))  # the first request's estimates start cold
+                warm_up(gw, policy)
+                first_s = time.monotonic()  # the gateway's records share this clock
                 statuses = send_all(gw, arrivals)
             finally:
                 gw.stop()
             print(f"{policy}: {statuses.count(200)}/{len(statuses)} answered 200")
-            print(format_replay(*replay(trace, cloud_profile=cloud_profile)))
+            measured = trace_from(trace, first_s, tmp / f"gateway-{policy}.jsonl")
+            print(format_replay(*replay(measured, cloud_profile=cloud_profile)))
             print()
     finally:
         for stop in stops:
