@@ -6,11 +6,21 @@ from __future__ import annotations
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import Proc, chat, chat_body, gateway, png_data_url, trace_records, upstream
+from conftest import (
+    Proc,
+    chat,
+    chat_body,
+    delay_proxy,
+    gateway,
+    png_data_url,
+    trace_records,
+    upstream,
+)
 
 from edgeserve.records import RequestRecord, read_trace
 from sim.experiments.gateway_replay import (
@@ -129,6 +139,29 @@ def test_a_calibrated_server_profile_stands_for_the_cloud(tmp_path: Path, procs:
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "missing.yaml" in out.stderr
+
+
+def test_a_slower_link_measured_by_the_gateway_is_the_replays_link(
+        tmp_path: Path, procs: list[Proc]) -> None:
+    """Behind a proxy that delays each request by 0.15 s, the cloud's calls and probes take
+    0.15 s longer: the gateway records that round trip and the replay's link has it, so the
+    simulated offloaded E2E grows by about as much as the live one."""
+    procs.append(loc := upstream(tmp_path, "loc"))
+    procs.append(cloud := upstream(tmp_path, "cloud", "--delay-s", "0.01"))
+    procs.append(slow := delay_proxy(tmp_path, cloud, 0.15))
+    procs.append(gw := gateway(tmp_path, "--local", loc.url, "--cloud", slow.url,
+                               "--policy", "always_cloud"))
+    time.sleep(1.5)  # a few probes of the cloud's link
+    for i in range(6):
+        assert chat(gw, chat_body(f"question {i}", image=png_data_url(320, 240)))[0] == 200
+    gw.stop()
+    trace = tmp_path / "gateway.jsonl"
+    header, recs = read_gateway_trace(trace)
+    assert len(recs) == 6 and all(r.placement == "cloud:cloud" for r in recs)
+    live_e2e = statistics.median(r.finished_s - r.arrived_s for r in recs)  # type: ignore[operator]
+    assert live_e2e > 0.15
+    link = replay_scenario(trace, header, recs, {})["devices"][0]["link"]
+    assert 140 < link["rtt_ms"] < 250
 
 
 def test_a_warm_up_is_cut_from_a_gateway_trace(tmp_path: Path) -> None:
