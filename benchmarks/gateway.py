@@ -9,11 +9,13 @@ cloud. First each server is calibrated from a short designed run of its own
 on the Jetson profile's units and thermal): the gateway predicts local latency with the device's
 calibrated profile (and reads its virtual sensors), and the replay simulates the device with
 that profile, the cloud with the other server's (``--cloud-profile``) and the link the gateway
-measured. For each policy the same arrivals are sent, the gateway's trace is replayed, and
+measured: a proxy in front of the cloud delays each request by ``--cloud-delay-ms``, so that
+the device, idle, is the faster place and the cloud pays off once the device queues. For each policy the same arrivals are sent, the gateway's trace is replayed, and
 offload share and TTFT/E2E p50/p99 are printed live beside simulated. ``--fake`` uses the test
 suite's fake upstreams and the Jetson profile instead (seconds instead of minutes).
 
-    python benchmarks/gateway.py [--requests 80] [--rate-hz 4] [--calib-budget-s 90] [--fake]
+    python benchmarks/gateway.py [--requests 80] [--rate-hz 4] [--calib-budget-s 90] [--cloud-delay-ms 50]
+        [--fake]
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "edgeserve" / "gateway"))
-from conftest import Proc, chat, chat_body, gateway, png_data_url, post, upstream
+from conftest import Proc, chat, chat_body, delay_proxy, gateway, png_data_url, post, upstream
 
 from edgeserve.bench.server_process import ServerProcess
 from sim.experiments.gateway_replay import format_replay, replay, trace_from
@@ -97,6 +99,8 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=80)
     ap.add_argument("--rate-hz", type=float, default=4.0)
     ap.add_argument("--calib-budget-s", type=float, default=90.0)
+    ap.add_argument("--cloud-delay-ms", type=float, default=50.0,
+                    help="a proxy delays each request to the cloud by this much (0: none)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--policies", default="predicted_latency,thermal_aware")
     ap.add_argument("--fake", action="store_true", help="fake upstreams, not edgeserve servers")
@@ -125,11 +129,16 @@ def main() -> None:
             str(calibrate(s, tmp / f"{name}.jsonl", args.calib_budget_s, tmp / f"{name}.yaml"))
             for s, name in zip(servers, ("dev", "cloud"), strict=True))
         print(f"calibrated: {profile} (device), {cloud_profile} (cloud)")
+    cloud_url = urls[1]
+    if args.cloud_delay_ms > 0:  # a slower link: the gateway measures it, the replay simulates it
+        proxy = delay_proxy(tmp, urls[1], args.cloud_delay_ms / 1000.0)
+        stops.append(proxy.stop)
+        cloud_url = proxy.url
     try:
         for policy in args.policies.split(","):
             trace = tmp / "gateway.jsonl"
             trace.unlink(missing_ok=True)
-            gw = gateway(tmp, "--local", f"dev={urls[0]}", "--cloud", f"c={urls[1]}",
+            gw = gateway(tmp, "--local", f"dev={urls[0]}", "--cloud", f"c={cloud_url}",
                          "--policy", policy, "--profile", profile,
                          "--sensors", "virtual")
             try:
