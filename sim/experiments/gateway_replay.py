@@ -112,33 +112,52 @@ def measured_link(records: list[RequestRecord]) -> dict[str, Any] | None:
             "jitter_ms": 0.0, "loss": 0.0}
 
 
+TOKEN_PIXELS = 28 * 28  # source pixels per image token of the Qwen2-VL family's patch merger
+
+
+def _preprocess_s(server: dict[str, Any], rec: RequestRecord, max_target_px: float) -> float:
+    """The server's fitted worker stages (decode, resize, normalize and an encoder that ran in
+    the worker) summed for one request's image; decoded pixels are the source's (no JPEG
+    downscale), target pixels the source's up to the largest target the calibration saw."""
+    px = float(rec.source_width * rec.source_height)
+    target = min(px, max_target_px)
+    tokens = target / TOKEN_PIXELS
+    feats = {"source_pixels": px, "decoded_pixels": px, "target_pixels": target,
+             "image_tokens": tokens, "image_tokens_sq": tokens * tokens}
+    stages = server.get("stages") or {}
+    cpu = (stages.get("image_decode") or {}).get("unit", "cpu")
+    total = 0.0
+    for name, stage in stages.items():
+        if name in ("prefill", "decode_step") or stage.get("unit") != cpu:
+            continue  # the engine's, or an encoder on its own unit (its time is in the steps)
+        model = stage.get("model") or {}
+        total += float(model.get("base_s", 0.0)) + sum(
+            float(c) * feats.get(f, 0.0) for f, c in (model.get("per") or {}).items())
+    return total
+
+
 def cloud_from_server(server: dict[str, Any], base_cloud: dict[str, Any],
                       records: list[RequestRecord]) -> dict[str, Any]:
     """A cloud profile (raw) for a server that was calibrated as a device profile.
 
     The cloud's replicas become step engines with the server's fitted step model
-    (``llm.step``); its image preprocessing, which the simulated cloud prices per source
-    megapixel, is the server's fitted decode, resize and normalize models summed at the traced
-    requests' mean image size (decoded and target pixels taken as the source's, at most the
-    largest target the calibration saw) and divided by that size. The GPU and model shape (KV
-    capacity from memory) come from ``base_cloud``."""
+    (``llm.step``). Its image work, which the simulated cloud prices per source megapixel (a
+    delay, no worker queue), is the server's fitted worker stages (:func:`_preprocess_s`) on the
+    traced requests' images, fitted through the origin on their megapixels. The GPU and model
+    shape (KV capacity from memory) come from ``base_cloud``."""
     step = (server.get("llm") or {}).get("step")
     if not isinstance(step, dict):
         raise ConfigError(f"profile {server.get('name')!r}: no engine step model (llm.step) to "
                           "serve as the cloud's; calibrate it from a trace with engine steps")
-    sized = [r for r in records if r.source_width and r.source_height]
-    mean_px = (statistics.fmean(r.source_width * r.source_height for r in sized)
-               if sized else 1e6)
     top = ((server.get("fitted_range") or {}).get("target_pixels") or [None, None])[1]
-    target_px = min(mean_px, float(top)) if top else mean_px
-    feats = {"source_pixels": mean_px, "decoded_pixels": mean_px, "target_pixels": target_px}
-    pre_s = 0.0
-    for name in ("image_decode", "resize", "normalize"):
-        model = ((server.get("stages") or {}).get(name) or {}).get("model") or {}
-        pre_s += float(model.get("base_s", 0.0)) + sum(
-            float(c) * feats.get(f, 0.0) for f, c in (model.get("per") or {}).items())
+    max_target = float(top) if top else math.inf
+    sized = [r for r in records if r.source_width and r.source_height]
+    mps = [r.source_width * r.source_height / 1e6 for r in sized]
+    pre = [_preprocess_s(server, r, max_target) for r in sized]
+    per_mp = (sum(m * p for m, p in zip(mps, pre, strict=True)) / sum(m * m for m in mps)
+              if sized else 0.0)
     srv = dict(base_cloud.get("server") or {})
-    srv.update(step=dict(step), preprocess_s_per_mpixel=pre_s / (mean_px / 1e6),
+    srv.update(step=dict(step), preprocess_s_per_mpixel=per_mp,
                max_batch=int(step.get("max_num_seqs") or srv.get("max_batch") or 16))
     return {**base_cloud, "name": f"{server.get('name', 'server')} as the cloud", "server": srv,
             "description": f"the calibrated server {server.get('name')!r} standing for the cloud"}

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -178,6 +179,26 @@ def test_a_warm_up_is_cut_from_a_gateway_trace(tmp_path: Path) -> None:
     assert header.meta["policy"] == "always_local" and [r.id for r in recs] == ["2", "3"]
     with pytest.raises(ConfigError, match="no request arrived after"):
         trace_from(path, 7.0, tmp_path / "none.jsonl")
+
+
+def test_the_cloud_preprocesses_at_the_servers_worker_stages_per_megapixel() -> None:
+    """Decode and an encoder that ran in the worker (on the CPU unit) count; the engine's stages
+    and an encoder on its own unit do not. 1000×1000 images: 1 MP, 1e6/784 tokens."""
+    def prof(encode_unit: str) -> dict[str, Any]:
+        return {"name": "s", "llm": {"step": {"base_s": 0.002, "max_num_seqs": 4}},
+                "stages": {
+                    "image_decode": {"unit": "cpu", "model": {"base_s": 0.0,
+                                                              "per": {"source_pixels": 1e-8}}},
+                    "encode": {"unit": encode_unit, "model": {"per": {"image_tokens": 1e-4}}},
+                    "prefill": {"unit": "gpu", "model": {"base_s": 0.5}}}}
+
+    recs = [RequestRecord(id=str(i), arrived_s=float(i), source_width=1000, source_height=1000)
+            for i in range(3)]
+    in_worker = cloud_from_server(prof("cpu"), {"name": "l4"}, recs)["server"]
+    assert in_worker["preprocess_s_per_mpixel"] == pytest.approx(0.01 + 1e-4 * 1e6 / 784)
+    own_unit = cloud_from_server(prof("gpu"), {"name": "l4"}, recs)["server"]
+    assert own_unit["preprocess_s_per_mpixel"] == pytest.approx(0.01)
+    assert own_unit["step"]["base_s"] == 0.002 and own_unit["max_batch"] == 4
 
 
 def test_a_server_profile_without_a_step_model_cannot_stand_for_the_cloud() -> None:
