@@ -158,7 +158,7 @@ def test_a_slower_link_measured_by_the_gateway_is_the_replays_link(
     gw.stop()
     trace = tmp_path / "gateway.jsonl"
     header, recs = read_gateway_trace(trace)
-    assert len(recs) == 6 and all(r.placement == "cloud:cloud" for r in recs)
+    assert len(recs) == 6 and all((r.placement or "").startswith("cloud:") for r in recs)
     live_e2e = statistics.median(r.finished_s - r.arrived_s for r in recs)  # type: ignore[operator]
     assert live_e2e > 0.15
     link = replay_scenario(trace, header, recs, {})["devices"][0]["link"]
