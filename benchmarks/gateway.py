@@ -4,18 +4,25 @@ own trace (``edgeserve sim run --replay-gateway``), per policy.
 Poisson arrivals (``--rate-hz``, ``--requests``, fixed seed) of photos in a mix of sizes, each
 with a short question, are sent on schedule (concurrently) to a gateway in front of two
 ``edgeserve serve`` processes with the tiny model: one is the device, the other stands for the
-cloud. The gateway runs with the Jetson profile and its virtual sensors. For each policy the same
-arrivals are sent, the gateway's trace is replayed in the simulator, and offload share and
-TTFT/E2E p50/p99 are printed live beside simulated. ``--fake`` uses the test suite's fake
-upstreams instead of real servers (seconds instead of minutes).
+cloud. First each server is calibrated from a short designed run of its own
+(``edgeserve calibrate record --url``, into the server's ``--trace``, then ``edgeserve calibrate``
+on the Jetson profile's units and thermal): the gateway predicts local latency with the device's
+calibrated profile (and reads its virtual sensors), and the replay simulates the device with
+that profile, the cloud with the other server's (``--cloud-profile``) and the link the gateway
+measured: a proxy in front of the cloud delays each request by ``--cloud-delay-ms``, so that
+the device, idle, is the faster place and the cloud pays off once the device queues. For each policy the same arrivals are sent, the gateway's trace is replayed, and
+offload share and TTFT/E2E p50/p99 are printed live beside simulated. ``--fake`` uses the test
+suite's fake upstreams and the Jetson profile instead (seconds instead of minutes).
 
-    python benchmarks/gateway.py [--requests 40] [--rate-hz 2] [--fake]
+    python benchmarks/gateway.py [--requests 80] [--rate-hz 4] [--calib-budget-s 90] [--cloud-delay-ms 50]
+        [--fake]
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import subprocess
 import sys
 import tempfile
 import threading
@@ -23,10 +30,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "edgeserve" / "gateway"))
-from conftest import Proc, chat, chat_body, gateway, png_data_url, upstream
+from conftest import Proc, chat, chat_body, delay_proxy, gateway, png_data_url, post, upstream
 
 from edgeserve.bench.server_process import ServerProcess
-from sim.experiments.gateway_replay import format_replay, replay
+from sim.experiments.gateway_replay import format_replay, replay, trace_from
 
 SIZES = [(640, 480), (1280, 720), (320, 240)]
 
@@ -41,6 +48,22 @@ def schedule(n: int, rate_hz: float, seed: int) -> list[tuple[float, int, int]]:
     return out
 
 
+def ask(gw: Proc, text: str, image: str) -> int:
+    body = chat_body(text, image=image, max_tokens=16, stream=True,
+                     stream_options={"include_usage": True})
+    return chat(gw, body)[0]
+
+
+def warm_up(gw: Proc, policy: str) -> None:
+    """Teach the gateway both targets' service times (the cloud's starts at a 1 s guess, learnt
+    only from calls to it), then hand the decisions to ``policy``."""
+    for placement in ("always_cloud", "always_local"):
+        post(gw.url + "/admin/policy", {"policy": placement})
+        for w, h in SIZES:
+            ask(gw, f"warm up {w}x{h}", png_data_url(w, h))
+    post(gw.url + "/admin/policy", {"policy": policy})
+
+
 def send_all(gw: Proc, arrivals: list[tuple[float, int, int]]) -> list[int]:
     images = {(w, h): png_data_url(w, h) for _, w, h in arrivals}
     statuses: list[int] = [0] * len(arrivals)
@@ -48,8 +71,7 @@ def send_all(gw: Proc, arrivals: list[tuple[float, int, int]]) -> list[int]:
 
     def one(i: int, t: float, w: int, h: int) -> None:
         time.sleep(max(0.0, t0 + t - time.monotonic()))
-        statuses[i] = chat(gw, chat_body(f"What is in picture {i}?", image=images[(w, h)],
-                                         max_tokens=16))[0]
+        statuses[i] = ask(gw, f"What is in picture {i}?", images[(w, h)])
 
     threads = [threading.Thread(target=one, args=(i, *a)) for i, a in enumerate(arrivals)]
     for th in threads:
@@ -59,10 +81,26 @@ def send_all(gw: Proc, arrivals: list[tuple[float, int, int]]) -> list[int]:
     return statuses
 
 
+def calibrate(server: ServerProcess, trace: Path, budget_s: float, out: Path) -> Path:
+    """A calibrated profile of ``server`` (started with ``--trace trace``) from a designed run."""
+    edgeserve = [sys.executable, "-m", "edgeserve", "calibrate"]
+    subprocess.run([*edgeserve, "record", "--url", server.url, "--budget-s", str(budget_s),
+                    "--image-rate", "2", "--out", str(out.with_suffix(".schedule.jsonl"))],
+                   check=True,
+                   stdout=subprocess.DEVNULL)
+    time.sleep(2.0)  # the server flushes its trace with each resource sample
+    subprocess.run([*edgeserve, str(trace), "--out", str(out), "--base", "jetson-orin-nano",
+                    "--name", out.stem], check=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--requests", type=int, default=40)
-    ap.add_argument("--rate-hz", type=float, default=2.0)
+    ap.add_argument("--requests", type=int, default=80)
+    ap.add_argument("--rate-hz", type=float, default=4.0)
+    ap.add_argument("--calib-budget-s", type=float, default=90.0)
+    ap.add_argument("--cloud-delay-ms", type=float, default=50.0,
+                    help="a proxy delays each request to the cloud by this much (0: none)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--policies", default="predicted_latency,thermal_aware")
     ap.add_argument("--fake", action="store_true", help="fake upstreams, not edgeserve servers")
@@ -70,6 +108,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp())
     arrivals = schedule(args.requests, args.rate_hz, args.seed)
     stops = []
+    profile, cloud_profile = "jetson-orin-nano", None
     if args.fake:
         dev, cloud = upstream(tmp, "dev", "--delay-s", "0.2"), upstream(tmp, "cloud")
         stops = [dev.stop, cloud.stop]
@@ -82,23 +121,35 @@ def main() -> None:
                  "--max-num-seqs", "4"]
         servers = []
         for name in ("dev", "cloud"):  # one at a time: they share the CPU
-            servers.append(ServerProcess.edgeserve(serve, tmp / f"{name}.log").start().ready())
+            servers.append(ServerProcess.edgeserve([*serve, "--trace", str(tmp / f"{name}.jsonl")],
+                                                   tmp / f"{name}.log").start().ready())
         stops = [s.stop for s in servers]
         urls = servers[0].url, servers[1].url
+        profile, cloud_profile = (
+            str(calibrate(s, tmp / f"{name}.jsonl", args.calib_budget_s, tmp / f"{name}.yaml"))
+            for s, name in zip(servers, ("dev", "cloud"), strict=True))
+        print(f"calibrated: {profile} (device), {cloud_profile} (cloud)")
+    cloud_url = urls[1]
+    if args.cloud_delay_ms > 0:  # a slower link: the gateway measures it, the replay simulates it
+        proxy = delay_proxy(tmp, urls[1], args.cloud_delay_ms / 1000.0)
+        stops.append(proxy.stop)
+        cloud_url = proxy.url
     try:
         for policy in args.policies.split(","):
             trace = tmp / "gateway.jsonl"
             trace.unlink(missing_ok=True)
-            gw = gateway(tmp, "--local", f"dev={urls[0]}", "--cloud", f"c={urls[1]}",
-                         "--policy", policy, "--profile", "jetson-orin-nano",
+            gw = gateway(tmp, "--local", f"dev={urls[0]}", "--cloud", f"c={cloud_url}",
+                         "--policy", policy, "--profile", profile,
                          "--sensors", "virtual")
             try:
-                chat(gw, chat_body("warm up"))  # the first request's estimates start cold
+                warm_up(gw, policy)
+                first_s = time.monotonic()  # the gateway's records share this clock
                 statuses = send_all(gw, arrivals)
             finally:
                 gw.stop()
             print(f"{policy}: {statuses.count(200)}/{len(statuses)} answered 200")
-            print(format_replay(*replay(trace)))
+            measured = trace_from(trace, first_s, tmp / f"gateway-{policy}.jsonl")
+            print(format_replay(*replay(measured, cloud_profile=cloud_profile)))
             print()
     finally:
         for stop in stops:

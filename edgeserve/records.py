@@ -115,6 +115,10 @@ class RequestRecord(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False, 
     predicted_cloud_s: float | None = None
     decision_queue: int | None = None
     decision_battery: float | None = None
+    # gateway: the cloud link the decision saw, as measured (probe round trip, upload rate); a
+    # replay simulates that link
+    link_rtt_s: float | None = None
+    link_uplink_mbps: float | None = None
     worker: int | None = None  # preprocessing worker (runtime) or CPU core (simulator)
     # runtime: times an image of this request was preprocessed again because the worker holding
     # it died (SIGKILL, OOM); the stage timestamps are the last attempt's, and the time lost to

@@ -66,6 +66,10 @@ def add_parser(subparsers: Any, help_: str) -> None:
                      "sizes and token counts on its device profile under its policy (the "
                      "scenario gives the link and cloud); prints offload share and TTFT/E2E "
                      "p50/p99 live beside simulated")
+    run.add_argument("--cloud-profile", metavar="PROFILE",
+                     help="with --replay-gateway: a calibrated server profile (`edgeserve "
+                     "calibrate`) of the server that stood for the cloud; it replaces the "
+                     "scenario's cloud (its step model and preprocessing)")
     run.add_argument("--draws", type=int, default=None, metavar="N",
                      help="after the point estimate, run N more times, each device's calibrated "
                           "profile drawn from its uncertainty section and each run with its own "
@@ -176,7 +180,7 @@ def _run(args: argparse.Namespace) -> int:
         from sim.experiments.gateway_replay import format_replay, replay
 
         print(format_replay(*replay(args.replay_gateway, args.scenario, _overrides(args),
-                                    args.seed)))
+                                    args.seed, args.cloud_profile)))
         return 0
     raw, _ = load_raw(args.scenario)
     trace = args.trace

@@ -139,6 +139,10 @@ def decide(state: GatewayState, job: Job, vector: np.ndarray | None = None) -> D
     rec.predicted_local_s = _finite(device.estimate_local_s(job))
     rec.predicted_cloud_s = _finite(device.estimate_cloud_s(job))
     rec.decision_queue = device.queue_len
+    cloud = device.cloud
+    if cloud is not None:
+        rec.link_rtt_s = round(cloud.target.link.rtt_s.value, 6)
+        rec.link_uplink_mbps = round(cloud.target.link.uplink_bps.value / 1e6, 3)
     battery = device.battery_fraction
     rec.decision_battery = None if battery is None else round(battery, 4)
     m = state.metrics

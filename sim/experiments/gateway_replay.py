@@ -4,7 +4,11 @@
 size and bytes, token counts, and the header names the gateway's policy (with its parameters)
 and device profile. Replaying it builds a one-device scenario: the trace's device profile, the
 trace's policy, a ``replay`` workload of the trace's own records (``trace_device: gateway``), and
-the base scenario's link and cloud (``edgeserve sim``'s default, or the one given). The live
+the base scenario's link and cloud (``edgeserve sim``'s default, or the one given). Where the
+records carry the link the gateway measured (``link_rtt_s``, ``link_uplink_mbps``), the device's
+link is that one instead (:func:`measured_link`). With ``cloud_profile``, a calibrated server
+profile (``edgeserve calibrate``) of the server that stood for the cloud, the cloud is that server
+(:func:`cloud_from_server`): its engine step model and its preprocessing per megapixel. The live
 trace's figures and the simulation's are then computed by one function, :func:`figures`, so the
 two columns differ by what the simulator models, not by how they were counted.
 
@@ -15,6 +19,7 @@ of both sides.
 from __future__ import annotations
 
 import math
+import statistics
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,7 +81,89 @@ def read_gateway_trace(path: str | Path) -> tuple[TraceHeader, list[RequestRecor
     return header, recs
 
 
-def replay_scenario(trace: str | Path, header: TraceHeader, requests: int,
+def trace_from(trace: str | Path, first_s: float, out: str | Path) -> Path:
+    """A copy of a gateway trace without the requests that arrived before ``first_s`` (on the
+    trace's clock): a warm-up, sent to teach the gateway its targets' service times, is then
+    neither live nor simulated."""
+    from edgeserve.records import TraceWriter
+
+    header, recs = read_gateway_trace(trace)
+    kept = [r for r in recs if r.arrived_s >= first_s]
+    if not kept:
+        raise ConfigError(f"{trace}: no request arrived after {first_s:.3f} s")
+    w = TraceWriter(str(out), header)
+    for r in kept:
+        w.write(r)
+    w.close()
+    return Path(out)
+
+
+def measured_link(records: list[RequestRecord]) -> dict[str, Any] | None:
+    """The link the gateway measured to its cloud, as a scenario ``link``: the median over the
+    records of the round trip and upload rate its decisions saw, the download at the upload's
+    rate, no jitter and no loss beyond what the round trip holds. None where no record carries
+    one (a gateway without a cloud, or a trace from before the gateway recorded it)."""
+    rtts = [r.link_rtt_s for r in records if r.link_rtt_s is not None]
+    ups = [r.link_uplink_mbps for r in records if r.link_uplink_mbps is not None]
+    if not rtts or not ups:
+        return None
+    up = statistics.median(ups)
+    return {"rtt_ms": statistics.median(rtts) * 1000.0, "uplink_mbps": up, "downlink_mbps": up,
+            "jitter_ms": 0.0, "loss": 0.0}
+
+
+TOKEN_PIXELS = 28 * 28  # source pixels per image token of the Qwen2-VL family's patch merger
+
+
+def _preprocess_s(server: dict[str, Any], rec: RequestRecord, max_target_px: float) -> float:
+    """The server's fitted worker stages (decode, resize, normalize and an encoder that ran in
+    the worker) summed for one request's image; decoded pixels are the source's (no JPEG
+    downscale), target pixels the source's up to the largest target the calibration saw."""
+    px = float(rec.source_width * rec.source_height)
+    target = min(px, max_target_px)
+    tokens = target / TOKEN_PIXELS
+    feats = {"source_pixels": px, "decoded_pixels": px, "target_pixels": target,
+             "image_tokens": tokens, "image_tokens_sq": tokens * tokens}
+    stages = server.get("stages") or {}
+    cpu = (stages.get("image_decode") or {}).get("unit", "cpu")
+    total = 0.0
+    for name, stage in stages.items():
+        if name in ("prefill", "decode_step") or stage.get("unit") != cpu:
+            continue  # the engine's, or an encoder on its own unit (its time is in the steps)
+        model = stage.get("model") or {}
+        total += float(model.get("base_s", 0.0)) + sum(
+            float(c) * feats.get(f, 0.0) for f, c in (model.get("per") or {}).items())
+    return total
+
+
+def cloud_from_server(server: dict[str, Any], base_cloud: dict[str, Any],
+                      records: list[RequestRecord]) -> dict[str, Any]:
+    """A cloud profile (raw) for a server that was calibrated as a device profile.
+
+    The cloud's replicas become step engines with the server's fitted step model
+    (``llm.step``). Its image work, which the simulated cloud prices per source megapixel (a
+    delay, no worker queue), is the server's fitted worker stages (:func:`_preprocess_s`) on the
+    traced requests' images, fitted through the origin on their megapixels. The GPU and model
+    shape (KV capacity from memory) come from ``base_cloud``."""
+    step = (server.get("llm") or {}).get("step")
+    if not isinstance(step, dict):
+        raise ConfigError(f"profile {server.get('name')!r}: no engine step model (llm.step) to "
+                          "serve as the cloud's; calibrate it from a trace with engine steps")
+    top = ((server.get("fitted_range") or {}).get("target_pixels") or [None, None])[1]
+    max_target = float(top) if top else math.inf
+    sized = [r for r in records if r.source_width and r.source_height]
+    mps = [r.source_width * r.source_height / 1e6 for r in sized]
+    pre = [_preprocess_s(server, r, max_target) for r in sized]
+    per_mp = (sum(m * p for m, p in zip(mps, pre, strict=True)) / sum(m * m for m in mps)
+              if sized else 0.0)
+    srv = dict(base_cloud.get("server") or {})
+    srv.update(step=dict(step), preprocess_s_per_mpixel=per_mp,
+               max_batch=int(step.get("max_num_seqs") or srv.get("max_batch") or 16))
+    return {**base_cloud, "name": f"{server.get('name', 'server')} as the cloud", "server": srv,
+            "description": f"the calibrated server {server.get('name')!r} standing for the cloud"}
+
+
+def replay_scenario(trace: str | Path, header: TraceHeader, records: list[RequestRecord],
                     base_raw: dict[str, Any]) -> dict[str, Any]:
     """A raw scenario (profiles by name) that replays ``trace`` under its own policy."""
     meta = header.meta
@@ -85,8 +172,12 @@ def replay_scenario(trace: str | Path, header: TraceHeader, requests: int,
         "name": GATEWAY_DEVICE, "profile": meta.get("profile") or DEFAULT_PROFILE,
         "workload": {"kind": "replay", "trace": str(Path(trace).resolve()),
                      "trace_device": GATEWAY_DEVICE}}
-    if "link" in base_dev:
+    link = measured_link(records)
+    if link is not None:
+        device["link"] = link
+    elif "link" in base_dev:
         device["link"] = base_dev["link"]
+    requests = len(records)
     params = meta.get("policy_params")
     raw = {k: v for k, v in base_raw.items() if k not in ("devices", "duration_s", "requests")}
     raw.update(name=f"replay of {Path(trace).name}", devices=[device], requests=requests,
@@ -96,16 +187,28 @@ def replay_scenario(trace: str | Path, header: TraceHeader, requests: int,
 
 
 def replay(trace: str | Path, base_scenario: str | None = None,
-           overrides: list[tuple[str, Any]] | None = None, seed: int | None = None
-           ) -> tuple[str, Figures, Figures]:
-    """Simulate the trace's traffic under its policy: (policy, live figures, simulated)."""
+           overrides: list[tuple[str, Any]] | None = None, seed: int | None = None,
+           cloud_profile: str | Path | None = None) -> tuple[str, Figures, Figures]:
+    """Simulate the trace's traffic under its policy: (policy, live figures, simulated).
+    ``cloud_profile``: a calibrated server profile that stands for the base scenario's (first)
+    cloud (:func:`cloud_from_server`)."""
     from sim.experiments.runner import RunSpec, run_spec
-    from sim.scenario.config import inline_profiles, load_yaml, scenario_path
+    from sim.scenario.config import inline_profiles, load_yaml, resolve_profile_path, scenario_path
 
     header, live = read_gateway_trace(trace)
     base_path = scenario_path(base_scenario)
-    raw = replay_scenario(trace, header, len(live), load_yaml(base_path))
+    raw = replay_scenario(trace, header, live, load_yaml(base_path))
     raw = inline_profiles(raw, base_path.parent)
+    if cloud_profile is not None:
+        clouds = raw.get("cloud") or []
+        if not clouds:
+            raise ConfigError(f"{base_path}: no cloud for the calibrated server to stand for")
+        path = resolve_profile_path(str(cloud_profile), None)
+        if not path.exists():
+            raise ConfigError(f"cloud profile {str(cloud_profile)!r}: no such file ({path})")
+        clouds[0] = {**clouds[0], "profile": cloud_from_server(load_yaml(path),
+                                                               clouds[0]["profile"], live)}
+        raw["cloud"] = clouds[:1]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "sim.jsonl"
         run_spec(RunSpec(raw=raw, seed=seed, overrides=overrides or [], trace_path=str(out),

@@ -72,6 +72,17 @@ def upstream(tmp: Path, name: str, *args: str) -> Proc:
                  "--name", name, *args], port, tmp / f"{name}.log", "/v1/models")
 
 
+def delay_proxy(tmp: Path, target: Proc | str, delay_s: float, ready_path: str = "/v1/models"
+                ) -> Proc:
+    """A proxy in front of ``target`` (a process or its URL) that delays each request by
+    ``delay_s`` (``delay_proxy.py``): a slower link."""
+    port = free_port()
+    url = target.url if isinstance(target, Proc) else target
+    return Proc([sys.executable, str(HERE / "delay_proxy.py"), "--port", str(port),
+                 "--target-port", url.rsplit(":", 1)[1], "--delay-s", str(delay_s)], port,
+                tmp / f"proxy-{port}.log", ready_path)
+
+
 def gateway(tmp: Path, *args: str) -> Proc:
     port = free_port()
     return Proc([sys.executable, "-m", "edgeserve", "gateway", "--port", str(port),
