@@ -157,6 +157,9 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=1)
     ap.add_argument("--log-dir", default="/tmp/serve_frontend_cpu")
     ap.add_argument("--json", metavar="FILE", help="also write the raw figures as JSON")
+    ap.add_argument("--encoder", choices=["auto", "none", "onnx"], default="auto",
+                    help="the edgeserve arms' --encoder: none keeps vLLM's image processor "
+                    "(normalize, patchify) in the frontend, as on a GPU host (default: auto)")
     args = ap.parse_args()
     width, height = (int(x) for x in args.size.split("x"))
     log_dir = Path(args.log_dir)
@@ -187,6 +190,8 @@ def main() -> int:
                 "1",
                 "--sample-interval",
                 "0.25",
+                "--encoder",
+                args.encoder,
                 *common,
             ],
             free_port(),
@@ -204,6 +209,8 @@ def main() -> int:
                 "inline",
                 "--sample-interval",
                 "0.25",
+                "--encoder",
+                args.encoder,
                 *common,
             ],
             free_port(),
@@ -227,7 +234,7 @@ def main() -> int:
     print(
         f"machine: {os.cpu_count()} cores, no GPU; model: tiny Qwen2-VL; images: {width}x{height} "
         f"JPEG photos (q90), concurrency {args.concurrency}, max_tokens={args.max_tokens} "
-        "(ignore_eos)",
+        f"(ignore_eos), edgeserve --encoder {args.encoder}",
         flush=True,
     )
     n_payloads = args.rounds * args.per_round * len(arms) + len(arms)

@@ -190,6 +190,9 @@ class ServeConfig:
     verbose: bool = False  # vLLM's output on the terminal instead of in engine_log
     sample_interval_s: float = 1.0
     # placement
+    # torch intra-op threads of the frontend process, where vLLM's image processor normalizes and
+    # patchifies each image: its threads would only contend with the workers for the cores
+    frontend_torch_threads: int = 1
     engine_core_placement: EngineCorePlacement = EngineCorePlacement.WITH_WORKER
     # lifecycle
     warmup: bool = True  # image steps of the largest and common sizes before ready (edgeserve.warmup)
@@ -273,6 +276,9 @@ class ServeConfig:
                                   f"got {self.encoder!r}") from None
         if self.encoder_path is None and self.encoder is EncoderKind.ONNX:
             object.__setattr__(self, "encoder_path", str(Path(self.model) / ENCODER_SUBDIR))
+        if not isinstance(self.frontend_torch_threads, int) or self.frontend_torch_threads < 1:
+            raise ConfigError("frontend_torch_threads must be an integer >= 1, got "
+                              f"{self.frontend_torch_threads!r}")
         if not isinstance(self.encoder_threads, int) or self.encoder_threads < 1:
             raise ConfigError(f"encoder_threads must be an integer >= 1, got {self.encoder_threads!r}")
         if not isinstance(self.encoder_provider, str) or not self.encoder_provider.strip():

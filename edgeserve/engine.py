@@ -28,7 +28,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -161,6 +161,41 @@ def check_model_folder(model_dir: str) -> None:
         raise ModelFolderError(f"{e} Pass --model DIR of one of those.") from None
 
 
+_PROCESS_TORCH_THREADS: list[int] = []  # torch's count before the frontend set its own
+
+
+def set_frontend_torch_threads(n: int) -> None:
+    """Give the frontend process ``n`` torch intra-op threads (remembering torch's own count).
+
+    vLLM's image processor runs in the frontend: rescale, normalize and patchify of every image
+    are torch operations, each split over the intra-op threads. The workers already keep the
+    cores busy, so the extra threads mostly wait for a core while the event loop's thread spins
+    at the operation's end; one thread does the same work for less CPU. Values are identical
+    whatever the count (the operations are elementwise and copies)."""
+    import torch
+
+    if not _PROCESS_TORCH_THREADS:
+        _PROCESS_TORCH_THREADS.append(torch.get_num_threads())
+    torch.set_num_threads(n)
+
+
+@contextlib.contextmanager
+def _process_torch_threads() -> Iterator[None]:
+    """torch's own thread count while vLLM starts its processes (a forked EngineCore would
+    inherit the frontend's), then the frontend's again."""
+    if not _PROCESS_TORCH_THREADS:
+        yield
+        return
+    import torch
+
+    ours = torch.get_num_threads()
+    torch.set_num_threads(_PROCESS_TORCH_THREADS[0])
+    try:
+        yield
+    finally:
+        torch.set_num_threads(ours)
+
+
 class Engine:
     """A thin wrapper around ``AsyncLLM``: prompt building, sampling parameters, generation."""
 
@@ -187,10 +222,12 @@ class Engine:
         factory = _make_logger_factory(self.meter, self.state)
         before = _psm_segments()
         try:  # under `vllm serve`'s usage context, so that vLLM applies its serving defaults
-            self._llm = AsyncLLM.from_engine_args(
-                args, usage_context=vllm_compat.serving_usage_context(), stat_loggers=[factory])
+            with _process_torch_threads():  # EngineCore keeps its own thread count
+                self._llm = AsyncLLM.from_engine_args(
+                    args, usage_context=vllm_compat.serving_usage_context(), stat_loggers=[factory])
         finally:  # a failed start leaves vLLM's queue segments too: shutdown() removes them
             self._engine_segments = _psm_segments() - before
+        set_frontend_torch_threads(self.config.frontend_torch_threads)
         self._tokenizer = self._llm.get_tokenizer()
 
     def engine_args(self) -> Any:

@@ -37,6 +37,7 @@ _FIELDS = {
     "sample_interval": "sample_interval_s", "drain_timeout": "drain_timeout_s",
     "warmup": "warmup",
     "engine_core_placement": "engine_core_placement",
+    "frontend_torch_threads": "frontend_torch_threads",
     "max_model_len": "engine.max_model_len", "max_num_seqs": "engine.max_num_seqs",
     "gpu_memory_utilization": "engine.gpu_memory_utilization", "dtype": "engine.dtype",
     "kv_cache_memory_bytes": "engine.kv_cache_memory_bytes",
@@ -168,6 +169,11 @@ def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
                    "CPU build does), so that its spin-wait during a step leaves the preprocessing "
                    "workers' cores alone; any: leave vLLM's placement "
                    f"(default: {_d('engine_core_placement')})")
+    g.add_argument("--frontend-torch-threads", type=int, metavar="N",
+                   help="torch intra-op threads of the frontend process, where vLLM's image "
+                   "processor normalizes and patchifies each image; more threads contend with the "
+                   "preprocessing workers for the cores and spin at every operation's end "
+                   f"(default: {_d('frontend_torch_threads')})")
     g = p.add_argument_group("replicas and tensor parallelism")
     g.add_argument("--replicas", type=int, metavar="N",
                    help="serve the model as N replicas behind this one endpoint: N whole servers "
