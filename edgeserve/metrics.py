@@ -47,6 +47,7 @@ class Metrics:
             "edgeserve_worker_busy_fraction",
             "Fraction of the last sample interval each preprocessing worker was busy",
             ["worker"], registry=r)
+        self._restarts_seen = 0
         self.worker_restarts = Counter(
             "edgeserve_worker_restarts", "Preprocessing workers replaced after dying", registry=r)
         self.preproc_retries = Counter(
@@ -92,6 +93,12 @@ class Metrics:
             for gap in rec.itl_s():
                 self.itl_seconds.observe(gap)
             self.images.inc(rec.num_images)
+
+    def observe_worker_restarts(self, total: int) -> None:
+        """Bring the restarts counter up to the pool's running ``total`` (read at each scrape)."""
+        if total > self._restarts_seen:
+            self.worker_restarts.inc(total - self._restarts_seen)
+            self._restarts_seen = total
 
     def observe_window(self, w: WindowStats) -> None:
         self.engine_busy.inc(w.busy_s)

@@ -109,6 +109,10 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
+    pool = request.app[CTX].preproc
+    if isinstance(pool, PreprocPool):
+        request.app[CTX].recorder.metrics.observe_worker_restarts(
+            sum(s.restarts for s in pool.slots))
     body = generate_latest(REGISTRY)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

@@ -317,12 +317,14 @@ def test_a_request_whose_worker_is_sigkilled_is_preprocessed_again_and_answered(
     body = json.dumps({"model": model, "max_tokens": 4,
                        "messages": image_message(f"file://{workdir}/media/big.png")}).encode()
     retries = server.metric("edgeserve_preproc_retries_total")
+    restarts = server.metric("edgeserve_worker_restarts_total")
     status, reply, [victim] = post_while_killing(server, body, kills=1)
     assert status == 200 and reply["usage"]["completion_tokens"] >= 1, reply
     assert server.metric("edgeserve_preproc_retries_total") == retries + 1
     assert my_segments(server.pid) == []
     worker = server.get_json("/health")["workers"][0]
     assert worker["restarts"] == 1 and worker["pid"] != victim
+    assert server.metric("edgeserve_worker_restarts_total") == restarts + 1
 
 
 def test_a_request_whose_workers_die_twice_fails_with_500_and_the_next_succeeds(
