@@ -24,6 +24,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
+import msgspec
+
 from edgeserve.records import EngineStep
 
 
@@ -64,11 +66,5 @@ def respan(steps: Iterable[EngineStep]) -> list[EngineStep]:
     out: list[EngineStep] = []
     for s in steps:
         d = spans.span_s(s.t_s, s.duration_s, s.running)
-        out.append(s if d == s.duration_s else _with_duration(s, d))
+        out.append(s if d == s.duration_s else msgspec.structs.replace(s, duration_s=d))
     return out
-
-
-def _with_duration(step: EngineStep, duration_s: float) -> EngineStep:
-    import msgspec
-
-    return msgspec.structs.replace(step, duration_s=duration_s)

@@ -31,6 +31,17 @@ install_once() {
         && echo "mm_preproc C kernel built" || echo "mm_preproc C kernel not built (numpy path)"
 }
 
+# At most 8 files come back from $OUT: the merged JSON, table and log stay as they are; the parts,
+# server logs (their last 400 kB), traces and GPU samples of a budget go into one archive.
+archive() {  # archive BUDGET_DIR OUT_TGZ
+    local budget=$1 keep=/tmp/edgeserve_keep f
+    rm -rf "$keep"; mkdir -p "$keep/logs"
+    cp "$budget"/*.json "$budget"/gpu_busy.csv "$keep"/ 2>/dev/null || true
+    for f in "$budget"/logs/*.log; do [[ -f $f ]] && tail -c 400000 "$f" > "$keep/logs/$(basename "$f")"; done
+    if [[ -d "$budget/traces" ]]; then cp -r "$budget/traces" "$keep/"; fi
+    tar czf "$2" -C "$keep" .
+}
+
 case "${1:-}" in
 stage)
     shopt -s nullglob
@@ -53,10 +64,7 @@ tp-layouts)
     rc=0
     $PY benchmarks/tp_layouts.py "${args[@]}" 2>&1 | tee "$OUT/tp_layouts.log" || rc=$?
     budget="/tmp/edgeserve_tp_layouts/qwen2-vl-7b-${TOKENS:-1280}tok"
-    keep=/tmp/edgeserve_keep; rm -rf "$keep"; mkdir -p "$keep/logs"
-    cp "$budget"/*.json "$keep"/ 2>/dev/null || true
-    for f in "$budget"/logs/*.log; do [[ -f $f ]] && tail -c 400000 "$f" > "$keep/logs/$(basename "$f")"; done
-    tar czf "$OUT/tp_layouts-parts.tgz" -C "$keep" .
+    archive "$budget" "$OUT/tp_layouts-parts.tgz"
     echo "done in $(( $(date +%s) - t0 )) s, rc $rc"
     exit $rc
     ;;
@@ -74,13 +82,7 @@ run)
     rc=0
     $PY benchmarks/gpu_compare.py "${args[@]}" 2>&1 | tee "$OUT/gpu_compare.log" || rc=$?
     budget="$PARTS/$SHAPE-${TOKENS:-1280}tok"
-    # At most 8 files come back from $OUT: the merged JSON, table and log as they are, the
-    # parts, server logs, traces and GPU samples of this budget in one archive.
-    keep=/tmp/edgeserve_keep; rm -rf "$keep"; mkdir -p "$keep/logs"
-    cp "$budget"/*.json "$budget"/gpu_busy.csv "$keep"/ 2>/dev/null || true
-    for f in "$budget"/logs/*.log; do [[ -f $f ]] && tail -c 400000 "$f" > "$keep/logs/$(basename "$f")"; done
-    [[ -d "$budget/traces" ]] && cp -r "$budget/traces" "$keep/"
-    tar czf "$OUT/run-$SHAPE-${TOKENS:-1280}tok.tgz" -C "$keep" .
+    archive "$budget" "$OUT/run-$SHAPE-${TOKENS:-1280}tok.tgz"
     echo "done in $(( $(date +%s) - t0 )) s, rc $rc"
     exit $rc
     ;;
