@@ -29,13 +29,10 @@ average is printed before and after. Targets: TTFT and E2E p50 within 5 %, p99 w
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -80,34 +77,18 @@ def bench(url: str, *, mix: str, rate: float | None, duration: float, out: Path,
     return dict(json.loads(out.read_text()))
 
 
-@contextlib.contextmanager
-def exclusive(lock: Path | None) -> Iterator[None]:
-    """Hold ``lock`` (an flock file other jobs on a shared machine also take) for one run, so a
-    run is measured without their heavy work beside it; released between runs."""
-    if lock is None:
-        yield
-        return
-    with lock.open("a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def served_run(name: str, out: Path, args: argparse.Namespace, *, mix: str, rate: float | None,
                concurrency: int | None = None, trace: bool = True,
                seed: int = 11, output_len: str = "16") -> dict[str, Any]:
     extra = ["--trace", str(out / f"{name}.jsonl")] if trace else []
-    with exclusive(args.lock):
-        print(f"  [{name}] load average at start: {os.getloadavg()[0]:.2f}", flush=True)
-        server, url = start_server(out, extra, name, prefix=["taskset", "-c", args.server_cpus])
-        try:
-            return bench(url, mix=mix, rate=rate, duration=args.duration,
-                         out=out / f"{name}-bench.json", cpus=args.client_cpus,
-                         concurrency=concurrency, seed=seed, output_len=output_len)
-        finally:
-            stop_server(server)
+    print(f"  [{name}] load average at start: {os.getloadavg()[0]:.2f}", flush=True)
+    server, url = start_server(out, extra, name, prefix=["taskset", "-c", args.server_cpus])
+    try:
+        return bench(url, mix=mix, rate=rate, duration=args.duration,
+                     out=out / f"{name}-bench.json", cpus=args.client_cpus,
+                     concurrency=concurrency, seed=seed, output_len=output_len)
+    finally:
+        stop_server(server)
 
 
 def record(runs: dict[str, tuple[str, float, int, str]], out: Path,
@@ -163,8 +144,6 @@ def main() -> int:
                         "kind's 90 %% prediction intervals (0: none)")
     p.add_argument("--analyse-only", action="store_true",
                    help="skip the runs: calibrate and validate the traces already in --out")
-    p.add_argument("--lock", type=Path, default=None,
-                   help="a file to hold an flock on during each run, so that other jobs taking it wait")
     args = p.parse_args()
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)

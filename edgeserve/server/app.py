@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import logging
 import os
 import signal
@@ -142,6 +143,8 @@ async def serve(cfg: ServeConfig, ready_message: bool = True) -> int:
     """Run the server until SIGTERM/SIGINT, or until a dead engine cannot be replaced; returns
     the exit status (0 after a clean shutdown, 1 when no engine could be started again)."""
     loop = asyncio.get_running_loop()
+    # `kill -USR2 PID` writes every thread's Python stack to stderr: where a stuck server waits
+    faulthandler.register(signal.SIGUSR2, all_threads=True)
     stale = shm.sweep_stale()
     if stale:
         log.warning("removed %d shared-memory segments left by dead servers", len(stale))

@@ -12,8 +12,9 @@ a job started while ``busy`` workers (itself included) and, if the engine is mid
 ``engine_threads`` want the cores takes ``max(1, demand / host_cores)`` times as long. An engine
 step started while workers are busy is lengthened by :meth:`CpuPool.step_stretch` (the engine's
 ``stretch`` hook); a job started during a step lengthens the step by ``κ`` seconds per second of
-overlap (:meth:`~sim.core.step_engine.StepEngine.extend`). The factors are frozen when a service
-starts; they are not re-priced when demand changes during it.
+overlap (:meth:`~sim.core.step_engine.StepEngine.extend`) — ``κ₊`` instead for a worker beyond
+the ``free_cores`` the engine leaves (:class:`~sim.scenario.profiles.HostConfig`). The factors
+are frozen when a service starts; they are not re-priced when demand changes during it.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ class CpuPool:
         self.host_cores = host.cores if host is not None else 0
         self.engine_threads = host.engine_threads if host is not None else 0
         self.step_kappa = host.step_extra_s_per_worker_s if host is not None else 0.0
+        self.step_kappa_over = host.kappa_over if host is not None else 0.0
+        self.spare_cores = host.free_cores if host is not None else 1  # beside a step
         self.worker_end = [0.0] * cores  # when each worker's present job ends
         self.engine: Engine | None = None  # the engine sharing the cores (host:)
         self.step_engine: StepEngine | None = None  # the same, when it runs vLLM V1 steps
@@ -83,17 +86,24 @@ class CpuPool:
         """An engine step of ``step_s`` starting now, lengthened for sharing the host's cores with
         the ``b`` busy workers: the larger of the cores' share,
         ``step_s × (engine_threads + b) / host_cores``, and the measured slowdown,
-        ``step_s + κ × (the seconds of the step during which each worker is still busy)``."""
+        ``step_s + κ × (the seconds of the step during which each worker is still busy)``, at
+        ``κ₊`` for the seconds beyond ``spare_cores`` busy workers (the host's ``free_cores``;
+        the overlaps all start now, so those are the seconds of all but the longest few)."""
         now = self.loop.now
-        busy = 0
-        overlap = 0.0
+        overlaps = []
         for end in self.worker_end:
             if end > now:
-                busy += 1
-                overlap += end - now if end - now < step_s else step_s
+                overlaps.append(end - now if end - now < step_s else step_s)
+        busy = len(overlaps)
         demand = self.engine_threads + busy
         share = step_s * demand / self.host_cores if demand > self.host_cores else step_s
-        measured = step_s + self.step_kappa * overlap
+        if busy > self.spare_cores:
+            overlaps.sort(reverse=True)
+            inside = sum(overlaps[:self.spare_cores])
+            measured = (step_s + self.step_kappa * inside
+                        + self.step_kappa_over * (sum(overlaps) - inside))
+        else:
+            measured = step_s + self.step_kappa * sum(overlaps)
         return measured if measured > share else share
 
     def _start(self, job: Job, newly_busy: bool) -> None:
@@ -125,10 +135,14 @@ class CpuPool:
         if self.shared:
             self.worker_end[rec.worker] = end
             e = self.step_engine
-            if self.step_kappa > 0.0 and e is not None and e.stepping:
-                # the running step shares the cores with this job from now
-                left = e.step_end_s - now
-                e.extend(self.step_kappa * (left if left < end - now else end - now))
+            if e is not None and e.stepping:
+                # the running step shares the cores with this job from now; beyond the free
+                # cores (this worker and the others busy) at κ₊
+                kappa = (self.step_kappa_over if self.cores - len(self.free_cores)
+                         > self.spare_cores else self.step_kappa)
+                if kappa > 0.0:
+                    left = e.step_end_s - now
+                    e.extend(kappa * (left if left < end - now else end - now))
         if newly_busy:
             self.on_busy(self.unit, 1)
         self.loop.at(end, self._done_cb, job)

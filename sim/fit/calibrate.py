@@ -59,6 +59,7 @@ from sim.fit.host_effects import (
     fit_drift,
     fit_drift_start,
     worker_busy,
+    worker_stretch,
 )
 from sim.fit.identify import (
     identify_contention,
@@ -80,27 +81,37 @@ def calibrate_traces(data: TraceData) -> Calibration:
     On a CPU host the engine's steps and the preprocessing workers share cores, so the step model
     is fitted on the steps during which no worker was busy, and the slowdown of the others
     (``κ``, extra step seconds per second of worker activity) is fitted after it; the simulator applies it through ``host:``."""
-    cal = fit_stages(data.records)
     engine = data.meta.get("engine")
-    cal.engine = dict(engine) if isinstance(engine, dict) else {}
-    cal.host_cores = int(data.meta.get("host_cores") or 0)
+    engine_meta = dict(engine) if isinstance(engine, dict) else {}
+    host_cores = int(data.meta.get("host_cores") or 0)
+    procs = data.meta.get("processes")
+    engine_threads = (len(procs["engine_worker"].get("cpu_affinity") or [])
+                      if isinstance(procs, dict) and isinstance(procs.get("engine_worker"), dict)
+                      else 0)
+    embeds = worker_encoder(data.meta)
+    # on a CPU host the simulator stretches preprocessing that shares the cores with busy
+    # workers and a stepping engine (host:): the stage fits leave that stretch out of their times
+    shared = engine_meta.get("platform", "cpu") == "cpu" and host_cores > 0 and bool(data.steps)
+    stretch = worker_stretch(data.records, data.steps, host_cores, engine_threads or host_cores,
+                             through_encode=embeds) if shared else None
+    cal = fit_stages(data.records, stretch)
+    cal.engine = engine_meta
+    cal.host_cores = host_cores
     cal.admission = {k: int(data.meta[k]) for k in ("max_pending", "max_inflight",
                                                       "max_engine_queue") if data.meta.get(k)}
-    procs = data.meta.get("processes")
-    if isinstance(procs, dict) and isinstance(procs.get("engine_worker"), dict):
-        cal.engine_threads = len(procs["engine_worker"].get("cpu_affinity") or [])
+    cal.engine_threads = engine_threads
     cal.steps = len(data.steps)
     kv = kv_cache(cal.engine)  # a hybrid model's state blocks are not context (sim.fit.engine_kv)
     ok = [r for r in data.records if r.outcome is Outcome.OK]
-    embeds = worker_encoder(data.meta)
     busy = worker_busy(ok, through_encode=embeds)
     if embeds:
         cal.encode_in_worker = True
-        enc_fit = fit_worker_encode(ok)
+        enc_fit = fit_worker_encode(ok, stretch)
         if enc_fit is not None:
-            cal.fits["encode"] = enc_fit
+            cal.fits["encode"], cal.samples["encode"] = enc_fit
         else:
             cal.fits.pop("encode", None)
+            cal.samples.pop("encode", None)
             cal.skipped["encode"] = "fewer than 5 one-image requests with an encode stage"
     sizes = image_sizes(ok)
     # a step that ran a shape the first time on its server is slower (kernels built per shape):
@@ -131,10 +142,12 @@ def calibrate_traces(data: TraceData) -> Calibration:
         # contention, cold shapes and drift compare a step's own time (vLLM's elapsed_ms) with the
         # model's; the gap joins the model only in the profile (profile_writer.step_period)
         if use_quiet:
-            cal.contention, cal.contention_n = contention(warm, cal.step, kv, busy, sizes)
+            cal.contention, cal.contention_over, cal.contention_n = contention(
+                warm, cal.step, kv, busy, sizes, cal.free_cores, cal.gap_s)
             models["contention"] = identify_contention(cal, warm, kv, busy, sizes, run_of)
         cal.cold_factor, cal.cold_n = cold_shape_factor(
-            [data.steps[i] for i in cold], cal.step, kv, busy, sizes, cal.contention)
+            [data.steps[i] for i in cold], cal.step, kv, busy, sizes, cal.contention,
+            cal.contention_over, cal.free_cores, cal.gap_s)
         sd, tau, _n = fit_drift(quiet if use_quiet else warm, cal.step, kv, sizes)
         if sd > 0:
             # the drift's share of the steps' spread is no longer independent noise

@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from edgeserve.records import EngineStep
 from sim.fit.coef_bootstrap import FitSamples
 from sim.fit.least_squares import StageFit
 from sim.scenario.fitted_range import FittedRange
+from sim.scenario.profiles import free_cores
 from sim.scenario.uncertainty import ProfileUncertainty
 
 
@@ -28,6 +30,8 @@ class Calibration:
     host_cores: int = 0
     engine_threads: int = 0  # cores the engine's model worker may run on
     contention: float = 0.0  # extra step seconds per second a worker was busy during it (κ)
+    # the same for the worker-seconds beyond the cores the engine leaves free (κ₊; None: κ)
+    contention_over: float | None = None
     contention_n: int = 0
     step_gap_s: float = 0.0  # idle time between back-to-back engine steps (before a decode step)
     step_gap_per: dict[str, float] = field(default_factory=dict)  # its growth per step feature
@@ -49,3 +53,15 @@ class Calibration:
     uncertainty: ProfileUncertainty | None = None
     # what the uncertainty changed: one line each ("contention 1.21 shrunk to 0.62: …")
     identification: list[str] = field(default_factory=list)
+
+    def gap_s(self, s: EngineStep) -> float:
+        """The modelled gap after step ``s`` (``step_gap_*``): with the step's own time, the
+        period the simulated engine runs it for."""
+        return self.step_gap_s + sum(g * float(getattr(s, k)) for k, g in self.step_gap_per.items())
+
+    @property
+    def free_cores(self) -> int:
+        """The workers that run beside a step before they take cores from it: the host's cores
+        the engine's threads leave free, at least one (the profile's ``host:`` computes the
+        same, :attr:`sim.scenario.profiles.HostConfig.free_cores`)."""
+        return free_cores(self.host_cores, self.engine_threads or self.host_cores)

@@ -21,8 +21,11 @@ def format_fits(cal: Calibration) -> str:
                      + (f" + {terms}" if terms else "")
                      + f"   cv {period.cv:.3f}  R² {period.r2:.3f}  n {period.n}  [{period.note}]")
         if cal.contention_n:
-            lines.append(f"  {'contention':13s} steps +{cal.contention:.3f} s per second a worker was busy "
-                         f"(n {cal.contention_n}, {cal.host_cores} cores, engine on "
+            over = ("" if cal.contention_over is None else
+                    f", +{cal.contention_over:.3f} s per second of a worker beyond the "
+                    f"{cal.free_cores} core(s) the engine leaves free")
+            lines.append(f"  {'contention':13s} steps +{cal.contention:.3f} s per second a worker was busy"
+                         f"{over} (n {cal.contention_n}, {cal.host_cores} cores, engine on "
                          f"{cal.engine_threads})")
     if cal.cold_n:
         lines.append(f"  {'cold shapes':13s} steps +{cal.cold_factor * 100:.0f} % the first time "

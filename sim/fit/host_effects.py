@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -12,6 +12,8 @@ from edgeserve.records import EngineStep, RequestRecord
 from sim.fit.engine_kv import KVCache
 from sim.fit.least_squares import MIN_SAMPLES, StageFit
 from sim.fit.step_fit import step_prediction
+
+Gap = Callable[[EngineStep], float]  # the modelled gap between a step and the next
 
 
 class Intervals:
@@ -39,6 +41,17 @@ class Intervals:
     def fraction(self, a: float, b: float) -> float:
         return (self._covered_until(b) - self._covered_until(a)) / (b - a) if b > a else 0.0
 
+    def pieces(self, a: float, b: float) -> list[tuple[float, float]]:
+        """The covered parts of [a, b]."""
+        out = []
+        i = bisect.bisect_right(self.ends, a)
+        while i < len(self.starts) and self.starts[i] < b:
+            lo, hi = max(a, self.starts[i]), min(b, self.ends[i])
+            if hi > lo:
+                out.append((lo, hi))
+            i += 1
+        return out
+
 
 def worker_busy(recs: Iterable[RequestRecord],
                 through_encode: bool = False) -> dict[int, Intervals]:
@@ -53,57 +66,157 @@ def worker_busy(recs: Iterable[RequestRecord],
     return {w: Intervals(v) for w, v in spans.items()}
 
 
-def worker_seconds(s: EngineStep, workers: dict[int, Intervals]) -> float:
-    """The seconds of step ``s`` during which workers were busy, summed over the workers."""
-    return sum(iv.fraction(s.t_s - s.duration_s, s.t_s) for iv in workers.values()) * s.duration_s
+def worker_seconds(s: EngineStep, workers: dict[int, Intervals], own_s: float) -> float:
+    """The seconds workers were busy, summed over the workers, in the first ``own_s`` seconds
+    of step ``s`` — its time as the step model prices it, not as it ran. The simulator lengthens
+    a step by κ per second of that overlap (:meth:`sim.core.cpu_pool.CpuPool.step_stretch`); the
+    measured span, already lengthened, would count the slowdown into its own cause, and a κ
+    fitted on it comes out too small for the simulator's form and its steps too long."""
+    a = s.t_s - s.duration_s
+    return sum(iv.fraction(a, a + own_s) for iv in workers.values()) * own_s if own_s > 0 else 0.0
+
+
+def worker_seconds_split(s: EngineStep, workers: dict[int, Intervals], own_s: float,
+                         free_cores: int) -> tuple[float, float]:
+    """:func:`worker_seconds` in two parts: the worker-seconds while at most ``free_cores``
+    workers were busy (the cores the engine's threads leave free), and those of the workers
+    beyond them, which take cores from the engine. Measured on the 2-core Zen 4 (one engine
+    thread), a decode step beside one busy worker took 1.17 × its quiet time, beside two 2.2 ×:
+    the second worker costs the step several times what the first does."""
+    a = s.t_s - s.duration_s
+    edges = sorted(e for iv in workers.values() for lo, hi in iv.pieces(a, a + own_s)
+                   for e in ((lo, 1), (hi, -1)))
+    inside = beyond = 0.0
+    n, t = 0, a
+    for e, d in edges:
+        if e > t:
+            inside += min(n, free_cores) * (e - t)
+            beyond += max(0, n - free_cores) * (e - t)
+            t = e
+        n += d
+    return inside, beyond
+
+
+def contention_s(s: EngineStep, workers: dict[int, Intervals], period_s: float, free_cores: int,
+                 kappa: float, kappa_over: float | None) -> float:
+    """The seconds the busy workers add to step ``s`` (``period_s`` its modelled period: its own
+    time and the gap before the next), as the simulator prices it: κ per worker-second within
+    the free cores, ``kappa_over`` (κ when None) per worker-second beyond them."""
+    inside, beyond = worker_seconds_split(s, workers, period_s, free_cores)
+    return kappa * inside + (kappa if kappa_over is None else kappa_over) * beyond
+
+
+def worker_stretch(recs: Iterable[RequestRecord], steps: list[EngineStep], host_cores: int,
+                   engine_threads: int, through_encode: bool = False) -> dict[int, float]:
+    """Each request's preprocessing stretch as the simulator prices it
+    (:meth:`sim.core.cpu_pool.CpuPool._start`): ``max(1, demand / host_cores)``, the demand
+    being the workers busy as its own work started (itself included) and the engine's
+    ``engine_threads`` when the engine was working then (inside a step, or between two steps
+    less than ``ENGINE_GAP_S`` apart). Keyed by ``id(record)``; the calibration divides the
+    measured stage times by it, so that the simulator, stretching them again, gives back what
+    was measured instead of counting the contention twice."""
+    recs = [r for r in recs if r.preproc_start_s is not None and r.worker is not None]
+    if host_cores <= 0:
+        return {id(r): 1.0 for r in recs}
+    busy = worker_busy(recs, through_encode=through_encode)
+    ordered = sorted(steps, key=lambda x: x.t_s - x.duration_s)
+    starts = [x.t_s - x.duration_s for x in ordered]
+    ends = [x.t_s for x in ordered]
+
+    def engine_busy(t: float) -> bool:
+        i = bisect.bisect_right(starts, t) - 1
+        if i < 0:
+            return False
+        return t < ends[i] or (i + 1 < len(starts) and starts[i + 1] - ends[i] < ENGINE_GAP_S)
+
+    out = {}
+    for r in recs:
+        t = float(r.preproc_start_s)  # type: ignore[arg-type]
+        demand = sum(1 for iv in busy.values() if iv.fraction(t, t + 1e-6) > 0.5)
+        demand = max(demand, 1) + (engine_threads if engine_busy(t) else 0)
+        out[id(r)] = max(1.0, demand / host_cores)
+    return out
+
+
+ENGINE_GAP_S = 0.05  # two steps closer than this: the engine had work between them
 
 
 def contention(steps: list[EngineStep], fit: StageFit, kv_cache_tokens: KVCache,
-               workers: dict[int, Intervals], sizes: tuple[int, ...] = ()) -> tuple[float, int]:
-    """How much a busy preprocessing worker lengthens an engine step: ``step ≈ fitted + κ·x``,
-    ``x`` the seconds of the step during which workers were busy (summed over workers); least
-    squares through the origin on the steps that overlapped a worker, each weighted by
-    1/fitted² — a step's own noise grows with its length (a cv), so a 1 s encoder step that a
-    worker overlapped for 25 ms says next to nothing about κ, while a 5 ms decode step overlapped
-    throughout says much; unweighted, the long steps' noise would set κ even where the overlapped
-    decode steps were no slower than the others. Returns ``(κ, steps)``: κ = 1 means
-    each second of worker activity costs the step a second."""
-    rows = contention_rows(steps, fit, kv_cache_tokens, workers, sizes)
+               workers: dict[int, Intervals], sizes: tuple[int, ...] = (),
+               free_cores: int = 1, gap: Gap | None = None) -> tuple[float, float | None, int]:
+    """How much busy preprocessing workers lengthen an engine step:
+    ``step ≈ fitted + κ·x₁ + κ₊·x₂``, ``x₁`` the worker-seconds of the step's fitted time while
+    at most ``free_cores`` workers were busy and ``x₂`` those beyond them
+    (:func:`worker_seconds_split`); least squares through the origin, non-negative, on the steps
+    that overlapped a worker, each weighted by 1/fitted² — a step's own noise grows with its
+    length (a cv), so a 1 s encoder step that a worker overlapped for 25 ms says next to nothing
+    about κ, while a 5 ms decode step overlapped throughout says much. Returns ``(κ, κ₊, steps)``;
+    κ₊ is None where fewer than MIN_SAMPLES steps had workers beyond the free cores (the
+    simulator then uses κ for them too). κ = 1 means each second of worker activity costs the
+    step a second. ``gap``: the modelled gap after a step; the worker-seconds are counted over
+    the step's fitted time and that gap, the period the simulated engine lengthens."""
+    rows = contention_rows(steps, fit, kv_cache_tokens, workers, sizes, free_cores, gap)
     if len(rows) < MIN_SAMPLES:
-        return 0.0, len(rows)
-    xa, ya, wa = rows[:, 0], rows[:, 1], rows[:, 2] ** 2
-    return max(0.0, float((wa * xa) @ ya / ((wa * xa) @ xa))), len(rows)
+        return 0.0, None, len(rows)
+    k1, k2 = fit_kappas(rows)
+    return k1, k2, len(rows)
+
+
+def fit_kappas(rows: np.ndarray) -> tuple[float, float | None]:
+    """``(κ, κ₊)`` from :func:`contention_rows`' rows (non-negative weighted least squares
+    through the origin; κ₊ None with fewer than MIN_SAMPLES rows beyond the free cores)."""
+    x, y, w = rows[:, :2], rows[:, 2], rows[:, 3] ** 2
+    over = int(np.count_nonzero(x[:, 1] > 0))
+    cols = [0, 1] if over >= MIN_SAMPLES else [0]
+    while True:
+        a = x[:, cols]
+        gram = (a * w[:, None]).T @ a
+        rhs = (a * w[:, None]).T @ y
+        coef = np.linalg.lstsq(gram, rhs, rcond=None)[0]
+        if len(cols) == 1 or (coef >= 0).all():
+            break
+        cols = [c for c, v in zip(cols, coef, strict=True) if v >= 0] or [0]
+    got = dict(zip(cols, (max(0.0, float(v)) for v in coef), strict=True))
+    k1 = got.get(0, 0.0)
+    k2 = got.get(1, 0.0) if over >= MIN_SAMPLES else None
+    return k1, k2
 
 
 def contention_rows(steps: list[EngineStep], fit: StageFit, kv_cache_tokens: KVCache,
-                    workers: dict[int, Intervals], sizes: tuple[int, ...] = ()) -> np.ndarray:
+                    workers: dict[int, Intervals], sizes: tuple[int, ...] = (),
+                    free_cores: int = 1, gap: Gap | None = None) -> np.ndarray:
     """The rows :func:`contention` fits, one per step a worker overlapped for at least 5 % of
-    it: ``[worker seconds, step − fitted, 1/fitted (the residual's weight), t_s]``."""
+    its fitted time: ``[x₁, x₂, step − fitted, 1/fitted (the residual's weight), t_s]``
+    (worker-seconds in the step's fitted time within and beyond the free cores,
+    :func:`worker_seconds_split`)."""
     rows = []
     for s in steps:
         if s.duration_s <= 0:
             continue
-        x = worker_seconds(s, workers)
-        if x < 0.05 * s.duration_s:
-            continue
         pred = step_prediction(fit, s, kv_cache_tokens, sizes)
         if pred <= 0:
             continue
-        rows.append((x, s.duration_s - pred, 1.0 / pred, s.t_s))
-    return np.asarray(rows, dtype=float).reshape(len(rows), 4)
+        period = pred + (gap(s) if gap is not None else 0.0)
+        inside, beyond = worker_seconds_split(s, workers, period, free_cores)
+        if inside + beyond < 0.05 * period:
+            continue
+        rows.append((inside, beyond, s.duration_s - pred, 1.0 / pred, s.t_s))
+    return np.asarray(rows, dtype=float).reshape(len(rows), 5)
 
 
 def cold_shape_factor(cold: list[EngineStep], fit: StageFit, kv_cache_tokens: KVCache,
                       workers: dict[int, Intervals], sizes: tuple[int, ...],
-                      kappa: float) -> tuple[float, int]:
+                      kappa: float, kappa_over: float | None = None,
+                      free_cores: int = 1, gap: Gap | None = None) -> tuple[float, int]:
     """How much longer the steps that ran a shape the first time took than the model says
     (contention included): ``Σ measured / Σ modelled − 1`` over them, at least 0."""
     if len(cold) < MIN_SAMPLES:
         return 0.0, len(cold)
     measured = modelled = 0.0
     for s in cold:
-        x = worker_seconds(s, workers)
-        modelled += kappa * x + step_prediction(fit, s, kv_cache_tokens, sizes)
+        own = step_prediction(fit, s, kv_cache_tokens, sizes)
+        period = own + (gap(s) if gap is not None else 0.0)
+        modelled += contention_s(s, workers, period, free_cores, kappa, kappa_over) + own
         measured += s.duration_s
     return max(0.0, measured / modelled - 1.0) if modelled > 0 else 0.0, len(cold)
 

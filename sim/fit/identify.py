@@ -37,6 +37,7 @@ from sim.scenario.uncertainty import ModelUncertainty, ProfileUncertainty
 
 MIN_TERM_ROWS = 10  # rows with a term's feature non-zero below which it is not fitted
 CONTENTION_TERM = "step_extra_s_per_worker_s"
+CONTENTION_OVER_TERM = "step_extra_s_per_oversubscribed_worker_s"
 
 
 def unidentified(u: ModelUncertainty) -> dict[str, str]:
@@ -128,33 +129,49 @@ def identify_gap(cal: Calibration, steps: list[EngineStep], features: tuple[str,
 def identify_contention(cal: Calibration, steps: list[EngineStep], kv: KVCache,
                         workers: dict[int, Intervals], sizes: tuple[int, ...],
                         run_of: dict[int, int], *, seed: int = 0) -> ModelUncertainty | None:
-    """Bootstrap κ; drop it when not identified, else shrink it by ``κ²/(κ² + se²)``."""
+    """Bootstrap κ (and κ₊, where fitted); drop each that is not identified, else shrink it by
+    ``κ²/(κ² + se²)``. A dropped κ₊ falls back to κ (None), a dropped κ to 0; either way the
+    raw value is kept in ``shrunk_from``."""
     if cal.step is None or not cal.contention_n:
         return None
-    arr = contention_rows(steps, cal.step, kv, workers, sizes)
+    arr = contention_rows(steps, cal.step, kv, workers, sizes, cal.free_cores, cal.gap_s)
     by_t = {s.t_s: run_of.get(id(s), 0) for s in steps}
-    s = FitSamples.of([CONTENTION_TERM], arr[:, :1], arr[:, 1], arr[:, 3],
-                      [by_t.get(t, 0) for t in arr[:, 3]], arr[:, 2], intercept=False)
-    raw = cal.contention
-    u = bootstrap_fit(s, 0.0, {CONTENTION_TERM: raw}, seed=seed)
-    t = u.terms[CONTENTION_TERM]
-    bad = unidentified(u)
-    if raw <= 0:
-        return u
-    if bad:
-        cal.contention = 0.0
-        cal.identification.append(f"contention {raw:.3g} s per worker-second dropped: "
-                                  f"{bad[CONTENTION_TERM]} ({cal.contention_n} steps)")
-        return ModelUncertainty(u.terms, u.covariance, dict(bad), shrunk_from=raw)
-    factor = raw * raw / (raw * raw + t.se * t.se)
-    cal.contention = raw * factor
-    if factor < 0.95:
-        cal.identification.append(
-            f"contention {raw:.3g} s per worker-second shrunk to {cal.contention:.3g}: its "
-            f"standard error {t.se:.2g} is {t.se / raw * 100:.0f} % of it "
-            f"({cal.contention_n} steps, {LEVEL * 100:.0f} % interval "
-            f"{t.interval[0]:.3g} … {t.interval[1]:.3g})")
-    return ModelUncertainty(u.terms, u.covariance, shrunk_from=raw if factor < 1 else None)
+    raw = {CONTENTION_TERM: cal.contention}
+    if cal.contention_over is not None:
+        raw[CONTENTION_OVER_TERM] = cal.contention_over
+    names = [CONTENTION_TERM, CONTENTION_OVER_TERM]
+    s = FitSamples.of(names, arr[:, :2], arr[:, 2], arr[:, 4],
+                      [by_t.get(t, 0) for t in arr[:, 4]], arr[:, 3], intercept=False)
+    u = bootstrap_fit(s, 0.0, raw, seed=seed)
+    bad = {k: why for k, why in unidentified(u).items() if raw[k] > 0}
+    shrunk: dict[str, float] = {}
+    for k, value in raw.items():
+        if value <= 0:
+            continue
+        t = u.terms[k]
+        what = ("contention" if k == CONTENTION_TERM
+                else "contention beyond the free cores")
+        if k in bad:
+            new = 0.0 if k == CONTENTION_TERM else None
+            shrunk[k] = value
+            cal.identification.append(f"{what} {value:.3g} s per worker-second dropped: "
+                                      f"{bad[k]} ({cal.contention_n} steps)")
+        else:
+            factor = value * value / (value * value + t.se * t.se)
+            new = value * factor
+            if factor < 1:
+                shrunk[k] = value
+            if factor < 0.95:
+                cal.identification.append(
+                    f"{what} {value:.3g} s per worker-second shrunk to {new:.3g}: its "
+                    f"standard error {t.se:.2g} is {t.se / value * 100:.0f} % of it "
+                    f"({cal.contention_n} steps, {LEVEL * 100:.0f} % interval "
+                    f"{t.interval[0]:.3g} … {t.interval[1]:.3g})")
+        if k == CONTENTION_TERM:
+            cal.contention = float(new or 0.0)
+        else:
+            cal.contention_over = new
+    return ModelUncertainty(u.terms, u.covariance, dict(bad), shrunk_from=shrunk)
 
 
 def identify_stage(cal: Calibration, stage: str, *, seed: int = 0) -> ModelUncertainty:

@@ -78,12 +78,15 @@ def draw_profile(profile: Mapping[str, Any], rng: np.random.Generator, *,
                     _shift(step, _delta(models[name], rng))
         c = models.get("contention")
         host = out.get("host")
-        if isinstance(c, Mapping) and isinstance(host, dict) and host.get("step_extra_s_per_worker_s"):
-            t = next(iter(c["terms"].values()))
-            kappa = float(host["step_extra_s_per_worker_s"])
-            raw = float(c.get("shrunk_from") or kappa)
-            sd = float(t["se"]) * math.sqrt(kappa / raw if raw > 0 else 1.0)
-            host["step_extra_s_per_worker_s"] = max(0.0, kappa + float(rng.normal(0.0, sd)))
+        if isinstance(c, Mapping) and isinstance(host, dict):
+            raws = c.get("shrunk_from") or {}
+            for name, t in c.get("terms", {}).items():
+                if not host.get(name):  # dropped, or never fitted: nothing to draw
+                    continue
+                kappa = float(host[name])
+                raw = float(raws.get(name, kappa)) if isinstance(raws, Mapping) else kappa
+                sd = float(t["se"]) * math.sqrt(kappa / raw if raw > 0 else 1.0)
+                host[name] = max(0.0, kappa + float(rng.normal(0.0, sd)))
     sd_level = float(u.get("level_sd", 0.0))
     if level and sd_level > 0 and isinstance(step, dict):
         _scale_own_time(step, models.get("step_gap"), math.exp(float(rng.normal(0.0, sd_level))))

@@ -22,7 +22,7 @@ from typing import Any
 from edgeserve.records import Outcome
 from sim.fit.calibration import Calibration
 from sim.fit.engine_kv import kv_cache
-from sim.fit.host_effects import worker_busy, worker_seconds
+from sim.fit.host_effects import contention_s, worker_busy
 from sim.fit.step_fit import cold_steps, step_prediction
 from sim.fit.traces import TraceData, image_sizes
 
@@ -45,7 +45,9 @@ def speed_level(cal: Calibration, data: TraceData) -> float | None:
             continue
         own = step_prediction(cal.step, s, kv, sizes)
         measured += s.duration_s
-        modelled += own * (1.0 + cal.cold_factor * (i in cold)) + cal.contention * worker_seconds(s, busy)
+        modelled += (own * (1.0 + cal.cold_factor * (i in cold))
+                     + contention_s(s, busy, own + cal.gap_s(s), cal.free_cores,
+                                    cal.contention, cal.contention_over))
     return measured / modelled if modelled > 0 else None
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -82,9 +82,14 @@ def decoded(r: RequestRecord) -> int:
     return decoded_pixels(r.source_width, r.source_height, r.target_width, r.target_height)
 
 
-def fit_stages(records: Iterable[RequestRecord]) -> Calibration:
-    """Fit every stage that the records have enough data for."""
+def fit_stages(records: Iterable[RequestRecord],
+               stretch: Mapping[int, float] | None = None) -> Calibration:
+    """Fit every stage that the records have enough data for. ``stretch`` (by ``id(record)``,
+    :func:`sim.fit.host_effects.worker_stretch`): how much the simulator will lengthen each
+    request's preprocessing for sharing the host's cores; the worker stages' measured times are
+    divided by it before they are fitted."""
     recs = [r for r in records if r.outcome is Outcome.OK and r.uplink_end_s is None]
+    k = (lambda r: 1.0) if stretch is None else (lambda r: stretch.get(id(r), 1.0))
     cal = Calibration(requests=len(recs), fitted_range=FittedRange.of(recs))
     cal.workers = len({r.worker for r in recs if r.worker is not None})
     src = lambda r: r.source_width * r.source_height  # noqa: E731
@@ -92,13 +97,13 @@ def fit_stages(records: Iterable[RequestRecord]) -> Calibration:
     cpu = [r for r in recs if r.preproc_start_s is not None and r.decode_end_s is not None
            and r.resize_end_s is not None and r.normalize_end_s is not None]
     _stage(cal, "image_decode",
-           [(r.decode_end_s - r.preproc_start_s, src(r), decoded(r))  # type: ignore[operator]
+           [((r.decode_end_s - r.preproc_start_s) / k(r), src(r), decoded(r))  # type: ignore[operator]
             for r in cpu], ["source_pixels", "decoded_pixels"], [r.arrived_s for r in cpu])
     _stage(cal, "resize",
-           [(r.resize_end_s - r.decode_end_s, decoded(r), tgt(r))  # type: ignore[operator]
+           [((r.resize_end_s - r.decode_end_s) / k(r), decoded(r), tgt(r))  # type: ignore[operator]
             for r in cpu], ["decoded_pixels", "target_pixels"], [r.arrived_s for r in cpu])
     _stage(cal, "normalize",
-           [(r.normalize_end_s - r.resize_end_s, tgt(r)) for r in cpu],  # type: ignore[operator]
+           [((r.normalize_end_s - r.resize_end_s) / k(r), tgt(r)) for r in cpu],  # type: ignore[operator]
            ["target_pixels"], [r.arrived_s for r in cpu])
     # encode: the encoder may queue (no timestamp marks its start), so use only requests that
     # found it idle: no earlier request's encode still running when this one's CPU work ended
@@ -111,7 +116,7 @@ def fit_stages(records: Iterable[RequestRecord]) -> Calibration:
         busy = max(busy, float(r.encode_end_s or 0.0))
     cal.has_encode = any(r.encode_end_s is not None for r in cpu)
     if enc:
-        _stage(cal, "encode", [(r.encode_end_s - r.normalize_end_s, r.image_tokens)  # type: ignore[operator]
+        _stage(cal, "encode", [((r.encode_end_s - r.normalize_end_s) / k(r), r.image_tokens)  # type: ignore[operator]
                                for r in enc], ["image_tokens"], [r.arrived_s for r in enc])
     # hand-off: preprocessing done (the worker's last stamp) → the engine holds the request
     hand = [float(r.engine_queued_s) - float(r.encode_end_s or r.normalize_end_s)  # type: ignore[arg-type]
@@ -165,25 +170,30 @@ def fit_stages(records: Iterable[RequestRecord]) -> Calibration:
 ENCODE_FEATURES = ["image_tokens", "image_tokens_sq"]
 
 
-def fit_worker_encode(records: Iterable[RequestRecord]) -> StageFit | None:
+def fit_worker_encode(records: Iterable[RequestRecord], stretch: Mapping[int, float] | None = None
+                      ) -> tuple[StageFit, FitSamples] | None:
     """The worker-side encoder's service model, ``encode_end_s − normalize_end_s`` regressed on
     image tokens and image tokens² (the tower's attention runs over all of an image's patches).
 
     The encoder runs in the worker that has just patchified the image, right after it, so the
     duration has no queueing in it and every one-image request counts (a request whose images went
-    to several workers has one span for all of them and is left out)."""
-    rows = [(float(r.encode_end_s) - float(r.normalize_end_s), r.image_tokens,
-             float(r.image_tokens) ** 2)
+    to several workers has one span for all of them and is left out).
+
+    ``stretch`` as in :func:`fit_stages`. Returns the fit and its rows (:class:`~sim.fit.coef_bootstrap.FitSamples`), so that the
+    coefficients' bootstrap resamples the rows this model was fitted on."""
+    k = (lambda r: 1.0) if stretch is None else (lambda r: stretch.get(id(r), 1.0))
+    rows = [((float(r.encode_end_s) - float(r.normalize_end_s)) / k(r), r.image_tokens,
+             float(r.image_tokens) ** 2, r.arrived_s)
             for r in records if r.outcome is Outcome.OK and r.num_images == 1 and r.image_tokens
             and r.encode_end_s is not None and r.normalize_end_s is not None]
     rows = [r for r in rows if r[0] >= 0 and math.isfinite(r[0])]
     if len(rows) < MIN_SAMPLES:
         return None
     arr = np.asarray(rows, dtype=float)
-    fit = fit_linear("encode", arr[:, 1:], arr[:, 0], ENCODE_FEATURES)
+    fit = fit_linear("encode", arr[:, 1:3], arr[:, 0], ENCODE_FEATURES)
     fit.note = (f"in the preprocessing workers, {len(rows)} one-image requests; the engine got "
                 "image embeddings, so its steps have no encoder terms")
-    return fit
+    return fit, FitSamples.of(ENCODE_FEATURES, arr[:, 1:3], arr[:, 0], arr[:, 3])
 
 
 def input_processing(records: list[RequestRecord], steps: list[EngineStep]) -> StageFit | None:

@@ -15,7 +15,7 @@ what it found into the profile's ``uncertainty:`` section::
           covariance: [[...], [...]]  # of the terms above, in that order (for drawing)
           dropped: {encoder_tokens_sq: "90 % interval -1.2e-09 … 4.1e-09 crosses zero"}
         step_gap: {...}
-        contention: {terms: {step_extra_s_per_worker_s: {...}}, shrunk_from: 1.21}
+        contention: {terms: {step_extra_s_per_worker_s: {...}}, shrunk_from: {step_extra_s_per_worker_s: 1.21}}
         image_decode: {...}
       level_sd: 0.06                  # sd of log speed level between fresh servers (≥ 2 traces)
       levels: [0.97, 1.05, 1.01]
@@ -55,7 +55,8 @@ class ModelUncertainty:
     terms: dict[str, TermUncertainty]
     covariance: list[list[float]] = field(default_factory=list)
     dropped: dict[str, str] = field(default_factory=dict)
-    shrunk_from: float | None = None  # a single coefficient shrunk towards 0: its raw value
+    # coefficients shrunk towards 0 (the contention's κ, κ₊): term → its raw value
+    shrunk_from: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         k = len(self.terms)

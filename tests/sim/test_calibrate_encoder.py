@@ -110,11 +110,27 @@ def synthetic_trace(path: Path, coef: tuple[float, float, float], encoder: str =
 
 def test_the_square_term_is_recovered_from_exact_encode_times(tmp_path: Path) -> None:
     coef = (0.004, 2.0e-5, 1.2e-7)
-    fit = fit_worker_encode(ok_records(synthetic_trace(tmp_path / "t.jsonl", coef)))
-    assert fit is not None
+    got = fit_worker_encode(ok_records(synthetic_trace(tmp_path / "t.jsonl", coef)))
+    assert got is not None
+    fit, rows = got
+    assert rows.names == ["image_tokens", "image_tokens_sq"] and len(rows.y) == 30
     assert fit.base_s == pytest.approx(coef[0], rel=1e-6)
     assert fit.per["image_tokens"] == pytest.approx(coef[1], rel=1e-6)
     assert fit.per["image_tokens_sq"] == pytest.approx(coef[2], rel=1e-6)
+
+
+def test_the_encoders_uncertainty_is_that_of_the_model_in_the_profile(profile: Path) -> None:
+    # the intervals describe the worker encoder's own terms (tokens and tokens²), each around
+    # the coefficient the profile carries, not a refit of some other rows
+    prof = yaml.safe_load(profile.read_text())
+    model = prof["stages"]["encode"]["model"]
+    terms = prof["uncertainty"]["models"]["encode"]["terms"]
+    assert set(terms) - {"base_s"} == set(model["per"])
+    for k, t in terms.items():
+        value = model["base_s"] if k == "base_s" else model["per"][k]
+        assert t["value"] == pytest.approx(value, rel=1e-3)
+        lo, hi = t["interval"]
+        assert lo <= value <= hi, k
 
 
 def test_without_the_onnx_encoder_the_encode_stage_stays_off_the_workers(tmp_path: Path) -> None:

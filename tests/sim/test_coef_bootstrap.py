@@ -22,6 +22,7 @@ from sim.fit.coef_bootstrap import FitSamples, bootstrap_fit
 from sim.fit.fit_format import format_fits
 from sim.fit.host_effects import Intervals, contention
 from sim.fit.identify import (
+    CONTENTION_TERM,
     identify_contention,
     identify_step,
     level_spread,
@@ -108,7 +109,8 @@ def overlapped_steps(n: int, kappa: float, cv: float, seed: int) -> tuple[list[E
 def calibration_with(steps: list[EngineStep], workers: dict[int, Intervals]) -> Calibration:
     cal = Calibration(step=StageFit("step", 0, TRUE["base_s"],
                                     {"decode_tokens": TRUE["decode_tokens"]}, 0.0, 1.0))
-    cal.contention, cal.contention_n = contention(steps, cal.step, 0, workers)  # type: ignore[arg-type]
+    cal.contention, cal.contention_over, cal.contention_n = contention(
+        steps, cal.step, 0, workers)  # type: ignore[arg-type]
     return cal
 
 
@@ -128,7 +130,7 @@ def test_a_contention_from_a_dozen_noisy_steps_is_shrunk_or_dropped_with_a_line_
     raw = cal.contention
     assert raw > 0 and cal.contention_n == 12
     u = identify_contention(cal, steps, 0, workers, (), {})
-    assert u is not None and u.shrunk_from == pytest.approx(raw)
+    assert u is not None and u.shrunk_from == {CONTENTION_TERM: pytest.approx(raw)}
     assert cal.contention < 0.95 * raw
     assert len(cal.identification) == 1 and cal.identification[0].startswith(f"contention {raw:.3g}")
 

@@ -192,3 +192,31 @@ def test_vllm_input_processing_holds_a_queued_request_back_from_the_scheduler() 
     assert s.run() == [("a", 0.0, 1.0, pytest.approx(1.750528), pytest.approx(1.750528))]
     assert s.records[0].engine_queued_s == pytest.approx(1.0)
     assert s.steps == pytest.approx([(1.250528, 0.5)])
+
+
+def test_a_worker_beyond_the_cores_the_engine_leaves_costs_the_step_kappa_over() -> None:
+    # 2 cores, the engine on 1: one busy worker runs beside a step on the free core (κ = 0.1
+    # per second of it), a second takes a core from the engine (κ₊ = 1.0 per second).
+    # a: alone 0–1, its prefill step 1.0–1.5. b at 1.1: one worker busy, the engine stepping
+    # (demand 2 on 2 cores: not stretched, 1.1–2.1); it extends the running step by
+    # 0.1 × 0.4 s left = 0.04. c at 1.2: two workers and the engine (×1.5: 1.2–2.7), beyond the
+    # free core: + 1.0 × 0.34 s left, so the step ends at 1.88. The next step (a's first
+    # decode) overlaps c for its whole 0.5 s (inside, κ) and b for 0.22 s (beyond, κ₊):
+    # 0.5 + 0.1 × 0.5 + 1.0 × 0.22 = 0.77 s — more than the cores' share, 0.5 × 3/2.
+    s = Server(server_profile(workers=2, host={
+        "cores": 2, "engine_threads": 1, "step_extra_s_per_worker_s": 0.1,
+        "step_extra_s_per_oversubscribed_worker_s": 1.0}))
+    s.send("a", 0.0, output_tokens=4)
+    s.send("b", 1.1, output_tokens=1)
+    s.send("c", 1.2, output_tokens=1)
+    recs = {r[0]: r for r in s.run()}
+    assert recs["b"][1:3] == (1.1, pytest.approx(2.1))
+    assert recs["c"][1:3] == (1.2, pytest.approx(2.7))
+    assert [x for step in s.steps[:2] for x in step] == pytest.approx([1.0, 0.5, 1.88, 0.77])
+
+
+def test_without_kappa_over_every_worker_costs_kappa() -> None:
+    prof = build(DeviceProfile, server_profile(host={
+        "cores": 2, "engine_threads": 1, "step_extra_s_per_worker_s": 0.3}), "profile server")
+    assert prof.host is not None
+    assert prof.host.kappa_over == 0.3 and prof.host.free_cores == 1

@@ -1,0 +1,99 @@
+"""What calibration reads of the host the engine and the preprocessing workers share.
+
+On a CPU-only server the simulator slows an engine step by κ per second of a busy worker beside
+it, by κ₊ for a worker beyond the cores the engine leaves free, and stretches a preprocessing job
+started while the cores are oversubscribed (:mod:`sim.core.cpu_pool`). Calibration must measure
+these in the same form, or the simulator counts the contention twice: the stage times are fitted
+with the stretch taken out, the step's extra time against the worker-seconds of its modelled
+period, split at the free cores.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgeserve.records import EngineStep, Outcome, RequestRecord
+from sim.fit.host_effects import (
+    Intervals,
+    contention,
+    fit_kappas,
+    worker_seconds_split,
+    worker_stretch,
+)
+from sim.fit.least_squares import StageFit
+from sim.fit.stage_fits import fit_stages
+
+
+def step(start: float, duration: float, **kw: int) -> EngineStep:
+    return EngineStep(t_s=start + duration, duration_s=duration, decode_tokens=4,
+                      decode_requests=4, running=4, **kw)
+
+
+def test_worker_seconds_are_split_at_the_free_cores() -> None:
+    # worker 0 busy 0–1, worker 1 busy 0.5–2; a step 0–1.5 (its modelled period). One core free:
+    # one worker at a time is inside (1.5 s), the second from 0.5 to 1.0 is beyond (0.5 s)
+    workers = {0: Intervals([(0.0, 1.0)]), 1: Intervals([(0.5, 2.0)])}
+    s = step(0.0, 3.0)  # as it ran: longer than its period; the period decides
+    assert worker_seconds_split(s, workers, 1.5, 1) == pytest.approx((1.5, 0.5))
+    assert worker_seconds_split(s, workers, 1.5, 2) == pytest.approx((2.0, 0.0))
+
+
+def test_both_kappas_come_back_from_steps_beside_one_and_two_workers() -> None:
+    # decode steps of 2 ms: a third alone, a third beside one worker, a third beside two;
+    # each worker-second adds 0.15 s within the free core and 1.1 s beyond it, with 5 % noise
+    rng = np.random.default_rng(0)
+    fit = StageFit("step", 0, 0.002, {}, 0.0, 1.0)
+    steps, spans = [], {0: [], 1: []}
+    t = 0.0
+    for i in range(600):
+        busy = i % 3
+        d = 0.002 * (1 + 0.15 * min(busy, 1) + 1.1 * max(busy - 1, 0)) * rng.lognormal(0, 0.05)
+        steps.append(step(t, d))
+        for w in range(busy):
+            spans[w].append((t - 0.001, t + d + 0.001))
+        t += d + 0.05
+    workers = {w: Intervals(v) for w, v in spans.items()}
+    k1, k2, n = contention(steps, fit, 0, workers, free_cores=1)
+    assert n == 400
+    assert k1 == pytest.approx(0.15, rel=0.1) and k2 == pytest.approx(1.1, rel=0.05)
+
+
+def test_without_steps_beyond_the_free_cores_there_is_no_kappa_over() -> None:
+    rows = np.asarray([(0.002, 0.0, 0.0006, 500.0, float(i)) for i in range(20)])
+    k1, k2 = fit_kappas(rows)
+    assert k1 == pytest.approx(0.3) and k2 is None
+
+
+def record(i: int, worker: int, start: float, decode_s: float) -> RequestRecord:
+    return RequestRecord(id=str(i), arrived_s=start, outcome=Outcome.OK, num_images=1, worker=worker,
+                         preproc_start_s=start, decode_end_s=start + decode_s,
+                         resize_end_s=start + decode_s + 0.001,
+                         normalize_end_s=start + decode_s + 0.002,
+                         source_width=640, source_height=480, target_width=644,
+                         target_height=476, decoded_pixels=640 * 480, image_tokens=391)
+
+
+def test_a_job_started_beside_a_busy_worker_and_a_stepping_engine_is_stretched_as_the_simulator_does() -> None:
+    # 2 cores, the engine on 1. Request 0 starts alone (engine idle): ×1. Request 1 starts while
+    # 0 still runs and the engine steps: 2 workers + 1 engine thread on 2 cores, ×1.5. Request 2
+    # starts while the engine steps, no other worker busy: demand 2, ×1.
+    recs = [record(0, 0, 0.0, 1.0), record(1, 1, 0.5, 1.5), record(2, 0, 3.0, 1.0)]
+    steps = [step(0.4, 0.3), step(0.71, 0.3), step(2.9, 0.5)]
+    got = worker_stretch(recs, steps, host_cores=2, engine_threads=1)
+    assert [got[id(r)] for r in recs] == [1.0, 1.5, 1.0]
+
+
+def test_the_stage_fits_take_the_stretch_out_of_the_measured_times() -> None:
+    # every decode took 10 ms × its stretch: the fit gives back 10 ms, not the mean it ran at
+    recs, stretch = [], {}
+    for i in range(40):
+        k = 1.5 if i % 2 else 1.0
+        r = record(i, 0, 10.0 * i, 0.010 * k)
+        recs.append(r)
+        stretch[id(r)] = k
+    cal = fit_stages(recs, stretch)
+    fit = cal.fits["image_decode"]
+    assert fit.base_s + sum(c * 640 * 480 for c in fit.per.values()) == pytest.approx(0.010)
+    plain = fit_stages(recs).fits["image_decode"]
+    assert plain.base_s + sum(c * 640 * 480 for c in plain.per.values()) == pytest.approx(0.0125)
