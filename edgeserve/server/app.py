@@ -26,6 +26,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import time
 
 from aiohttp import web
@@ -139,12 +140,25 @@ async def events(request: web.Request) -> web.StreamResponse:
 
 
 # ---- running ----------------------------------------------------------------------------
+def dump_tasks() -> None:
+    """Every asyncio task's stack, to standard error (the engine log once the engine has
+    started): what the requests of a server that seems stuck are waiting on."""
+    tasks = asyncio.all_tasks()
+    print(f"--- {len(tasks)} asyncio task(s) ---", file=sys.stderr)
+    for task in tasks:
+        print(f"{task!r}", file=sys.stderr)
+        task.print_stack(limit=12, file=sys.stderr)
+    sys.stderr.flush()
+
+
 async def serve(cfg: ServeConfig, ready_message: bool = True) -> int:
     """Run the server until SIGTERM/SIGINT, or until a dead engine cannot be replaced; returns
     the exit status (0 after a clean shutdown, 1 when no engine could be started again)."""
     loop = asyncio.get_running_loop()
-    # `kill -USR2 PID` writes every thread's Python stack to stderr: where a stuck server waits
-    faulthandler.register(signal.SIGUSR2, all_threads=True)
+    # `kill -USR2 PID`: where a stuck server waits. Every thread's stack at once (even with the
+    # event loop blocked), then every asyncio task's when the loop next runs
+    loop.add_signal_handler(signal.SIGUSR2, dump_tasks)
+    faulthandler.register(signal.SIGUSR2, all_threads=True, chain=True)
     stale = shm.sweep_stale()
     if stale:
         log.warning("removed %d shared-memory segments left by dead servers", len(stale))

@@ -80,7 +80,9 @@ def calibrate_traces(data: TraceData) -> Calibration:
 
     On a CPU host the engine's steps and the preprocessing workers share cores, so the step model
     is fitted on the steps during which no worker was busy, and the slowdown of the others
-    (``κ``, extra step seconds per second of worker activity) is fitted after it; the simulator applies it through ``host:``."""
+    (``κ``, extra step seconds per second of worker activity, ``κ₊`` beyond the cores the engine
+    leaves free) is fitted after it; the worker stages are fitted with the simulator's stretch
+    for shared cores taken out of their times; the simulator applies both through ``host:``."""
     engine = data.meta.get("engine")
     engine_meta = dict(engine) if isinstance(engine, dict) else {}
     host_cores = int(data.meta.get("host_cores") or 0)

@@ -5,9 +5,9 @@ blocks of time, refitted). A term is *not identified* when fewer than :data:`MIN
 had its feature non-zero, or when its 90 % interval reaches zero — the data cannot tell it from
 nothing, and a coefficient fitted on noise is then applied at full weight to every request of a
 prediction. Such a term (of the step model, the gap between steps or a request-level stage) is
-dropped and the model refitted without it, one term at a time; the contention coefficient (one
-number, fitted after the step model on the steps a worker overlapped) is dropped the same way,
-and otherwise shrunk towards zero by ``κ² / (κ² + se²)`` (the posterior mean under a prior as
+dropped and the model refitted without it, one term at a time; the contention coefficients (κ,
+and κ₊ beyond the free cores, fitted after the step model on the steps a worker overlapped) are
+each dropped the same way, and otherwise shrunk towards zero by ``κ² / (κ² + se²)`` (the posterior mean under a prior as
 wide as the estimate itself): 1.21 with a standard error of 0.5 becomes 1.03, 0.30 with 0.05
 stays 0.29. Each such change is one line of :attr:`Calibration.identification`, which
 ``edgeserve calibrate`` prints.

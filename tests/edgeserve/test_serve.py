@@ -407,6 +407,23 @@ def test_a_client_that_leaves_during_preprocessing_leaves_nothing_behind(
     assert server.get_json("/health")["inflight"] == 0
 
 
+def test_sigusr2_writes_the_frontends_threads_and_tasks_and_the_server_keeps_serving(
+        server: ServerProcess, workdir: Path) -> None:
+    first = (workdir / "server.log").read_text().splitlines()[0]
+    engine_log = Path(first.split("vLLM's output: ", 1)[1].rstrip(")"))
+    before = engine_log.read_text(errors="replace").count("Current thread")
+    os.kill(server.pid, signal.SIGUSR2)
+    deadline = time.monotonic() + 10
+    while engine_log.read_text(errors="replace").count("Current thread") == before:
+        assert time.monotonic() < deadline, "no stack dump in the engine log"
+        time.sleep(0.1)
+    while "asyncio task(s) ---" not in engine_log.read_text(errors="replace"):
+        assert time.monotonic() < deadline, "no task dump in the engine log"
+        time.sleep(0.1)
+    with urllib.request.urlopen(server.url + "/health", timeout=10) as r:
+        assert r.status == 200
+
+
 def test_a_full_server_answers_429_with_retry_after(server: ServerProcess, model: str) -> None:
     body = json.dumps({"model": model, "max_tokens": 200, "ignore_eos": True,
                        "messages": [{"role": "user", "content": "hello"}]}).encode()
