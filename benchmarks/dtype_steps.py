@@ -22,8 +22,10 @@ with the CPU's flags, and writes JSON to ``--out``.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -122,7 +124,8 @@ def main() -> None:
 
     hw = hardware.detect()
     models = [args.model]
-    tmp = Path(tempfile.mkdtemp(prefix="dtype-steps-"))
+    tmp = Path(tempfile.mkdtemp(prefix="dtype-steps-"))  # the built shapes: config files only
+    atexit.register(shutil.rmtree, tmp, True)
     for shape in filter(None, args.shapes.split(",")):
         folder = tmp / shape
         subprocess.run([sys.executable, "-m", "edgeserve", "models", "build-random", shape,
