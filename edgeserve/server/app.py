@@ -28,6 +28,7 @@ import signal
 import socket
 import sys
 import time
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
@@ -146,9 +147,25 @@ def dump_tasks() -> None:
     tasks = asyncio.all_tasks()
     print(f"--- {len(tasks)} asyncio task(s) ---", file=sys.stderr)
     for task in tasks:
-        print(f"{task!r}", file=sys.stderr)
-        task.print_stack(limit=12, file=sys.stderr)
+        print(f"task {task.get_name()}:", file=sys.stderr)
+        for line in awaited_frames(task.get_coro()):
+            print(f"  {line}", file=sys.stderr)
     sys.stderr.flush()
+
+
+def awaited_frames(coro: Any) -> list[str]:
+    """Where a suspended coroutine waits: its frame, then the frame of what it awaits, down the
+    chain of coroutines, async generators and generators (``Task.print_stack`` shows only the
+    outermost)."""
+    out: list[str] = []
+    while coro is not None and len(out) < 40:
+        frame = (getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None)
+                 or getattr(coro, "gi_frame", None))
+        if frame is not None:
+            out.append(f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}")
+        coro = (getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
+                or getattr(coro, "gi_yieldfrom", None))
+    return out
 
 
 async def serve(cfg: ServeConfig, ready_message: bool = True) -> int:
