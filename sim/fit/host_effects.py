@@ -66,21 +66,14 @@ def worker_busy(recs: Iterable[RequestRecord],
     return {w: Intervals(v) for w, v in spans.items()}
 
 
-def worker_seconds(s: EngineStep, workers: dict[int, Intervals], own_s: float) -> float:
-    """The seconds workers were busy, summed over the workers, in the first ``own_s`` seconds
-    of step ``s`` — its time as the step model prices it, not as it ran. The simulator lengthens
-    a step by κ per second of that overlap (:meth:`sim.core.cpu_pool.CpuPool.step_stretch`); the
-    measured span, already lengthened, would count the slowdown into its own cause, and a κ
-    fitted on it comes out too small for the simulator's form and its steps too long."""
-    a = s.t_s - s.duration_s
-    return sum(iv.fraction(a, a + own_s) for iv in workers.values()) * own_s if own_s > 0 else 0.0
-
-
 def worker_seconds_split(s: EngineStep, workers: dict[int, Intervals], own_s: float,
                          free_cores: int) -> tuple[float, float]:
-    """:func:`worker_seconds` in two parts: the worker-seconds while at most ``free_cores``
-    workers were busy (the cores the engine's threads leave free), and those of the workers
-    beyond them, which take cores from the engine. Measured on the 2-core Zen 4 (one engine
+    """The seconds workers were busy in the first ``own_s`` seconds of step ``s`` — its period as
+    the step model prices it, not the span it ran, which the contention has already lengthened
+    (the simulator lengthens a step by κ per second of that overlap,
+    :meth:`sim.core.cpu_pool.CpuPool.step_stretch`) — in two parts: the worker-seconds while at
+    most ``free_cores`` workers were busy (the cores the engine's threads leave free), and those
+    of the workers beyond them, which take cores from the engine. Measured on the 2-core Zen 4 (one engine
     thread), a decode step beside one busy worker took 1.17 × its quiet time, beside two 2.2 ×:
     the second worker costs the step several times what the first does."""
     a = s.t_s - s.duration_s
