@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -82,6 +82,13 @@ def decoded(r: RequestRecord) -> int:
     return decoded_pixels(r.source_width, r.source_height, r.target_width, r.target_height)
 
 
+def _stretch_of(stretch: Mapping[int, float] | None) -> Callable[[RequestRecord], float]:
+    """A record's core-sharing stretch (:func:`sim.fit.host_effects.worker_stretch`), 1 without."""
+    if stretch is None:
+        return lambda r: 1.0
+    return lambda r: stretch.get(id(r), 1.0)
+
+
 def fit_stages(records: Iterable[RequestRecord],
                stretch: Mapping[int, float] | None = None) -> Calibration:
     """Fit every stage that the records have enough data for. ``stretch`` (by ``id(record)``,
@@ -89,7 +96,7 @@ def fit_stages(records: Iterable[RequestRecord],
     request's preprocessing for sharing the host's cores; the worker stages' measured times are
     divided by it before they are fitted."""
     recs = [r for r in records if r.outcome is Outcome.OK and r.uplink_end_s is None]
-    k = (lambda r: 1.0) if stretch is None else (lambda r: stretch.get(id(r), 1.0))
+    k = _stretch_of(stretch)
     cal = Calibration(requests=len(recs), fitted_range=FittedRange.of(recs))
     cal.workers = len({r.worker for r in recs if r.worker is not None})
     src = lambda r: r.source_width * r.source_height  # noqa: E731
@@ -181,7 +188,7 @@ def fit_worker_encode(records: Iterable[RequestRecord], stretch: Mapping[int, fl
 
     ``stretch`` as in :func:`fit_stages`. Returns the fit and its rows (:class:`~sim.fit.coef_bootstrap.FitSamples`), so that the
     coefficients' bootstrap resamples the rows this model was fitted on."""
-    k = (lambda r: 1.0) if stretch is None else (lambda r: stretch.get(id(r), 1.0))
+    k = _stretch_of(stretch)
     rows = [((float(r.encode_end_s) - float(r.normalize_end_s)) / k(r), r.image_tokens,
              float(r.image_tokens) ** 2, r.arrived_s)
             for r in records if r.outcome is Outcome.OK and r.num_images == 1 and r.image_tokens
