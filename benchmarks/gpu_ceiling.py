@@ -4,7 +4,8 @@ vLLM's ``AsyncLLM`` runs in this process (its EngineCore in its own, as in every
 engine arguments ``vllm serve`` gets, under ``vllm serve``'s usage context. Each request's image
 is made before the clock starts, already at the size the servers resize 12 MP photos to (a
 ``smart_resize`` target of the token budget), so what is left on the CPU is vLLM's own
-rescale/normalize/patchify of a ready image — the part of the pipeline no server can skip. The
+rescale/normalize/patchify of a ready image — the part of the pipeline no server can skip — on
+the renderer's threads (four on the GPU, as edgeserve's default there gives its frontend). The
 requests follow the same Poisson schedules as the servers'; TTFT is from a request's scheduled
 arrival to its first output with text.
 """
@@ -35,11 +36,15 @@ def engine_args(cfg: Any) -> Any:
     load, _ = vllm_compat.load_format_args(cfg.model, {})
     memory: dict[str, Any] = ({"kv_cache_memory_bytes": 256 * MiB} if cfg.smoke
                               else {"gpu_memory_utilization": cfg.gpu_memory_utilization})
+    # the image processor on four threads beside the event loop; their cache is off (not
+    # thread-safe), and every image is unique anyway
+    render: dict[str, Any] = ({} if cfg.smoke
+                              else {"renderer_num_workers": 4, "mm_processor_cache_gb": 0})
     return AsyncEngineArgs(
         model=str(cfg.model), served_model_name=["m"], max_model_len=cfg.max_model_len,
         max_num_seqs=cfg.max_num_seqs, limit_mm_per_prompt={"image": 4, "video": 0},
         mm_processor_kwargs={"max_pixels": cfg.max_pixels}, disable_log_stats=True,
-        **memory, **load)
+        **memory, **render, **load)
 
 
 def target_hw(cfg: Any) -> tuple[int, int]:
@@ -74,7 +79,8 @@ async def _one(llm: Any, prompt: str, image: np.ndarray, uuid: str, max_tokens: 
                "multi_modal_uuids": {"image": [uuid]}}
     ttft = None
     try:
-        async for out in llm.generate(vllm_compat.render_prompt(llm, request), params, uuid):
+        engine_input = await vllm_compat.render_prompt(llm, request)
+        async for out in llm.generate(engine_input, params, uuid):
             if ttft is None and out.outputs and out.outputs[0].text:
                 ttft = time.perf_counter() - start_at
     except Exception:  # a failed request counts as failed, as the HTTP client counts it

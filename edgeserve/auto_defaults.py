@@ -16,6 +16,15 @@ Both were first tuned on whatever CPU was at hand, and both turned out to depend
   workers run it wherever the model has an export (in ``--mode inline`` there are no workers,
   and the engine keeps it); on a GPU vLLM's tower runs there.
   ``--encoder none`` or ``onnx`` overrides.
+* **Frontend render threads.** vLLM's renderer in the frontend still runs its image processor
+  on every ready-sized image (rescale, normalize, patchify: torch operations that release the
+  GIL) and tokenizes the prompt. On an H200 host with 16 cores, run on the event loop, it held
+  the frontend at one full core from 16-24 req/s of 12 MP photos (docs/results/
+  2026-12-05-h200-gpu-compare.md), the limit of the whole server. So on a GPU the renderer gets
+  ``min(4, cores // 4)`` threads beside the event loop (vLLM's ``renderer_num_workers``, which
+  needs its multimodal processor cache off); on vLLM's CPU build one, the count its image
+  processor runs on there anyway, and the cores are the workers'. ``--frontend-render-threads``
+  overrides.
 
 The rules take a :class:`~edgeserve.hardware.Hardware`, so they are tested on machines other
 than the one running the tests; :func:`resolve` applies them to a config and returns the lines
@@ -91,6 +100,21 @@ def choose_encoder(hw: Hardware, export_problem: str | None, *, workers: bool = 
     return Choice(EncoderKind.ONNX.value, why)
 
 
+def choose_render_threads(hw: Hardware, *, cache_kept: bool = False) -> Choice:
+    """Threads of vLLM's renderer in the frontend on ``hw``; ``cache_kept``: the user asked for
+    vLLM's multimodal processor cache, which more than one thread cannot share."""
+    if hw.platform is not Platform.GPU:
+        return Choice("1", "vLLM's CPU build runs its image processor on one thread, and the "
+                      "cores are the preprocessing workers'")
+    if cache_kept:
+        return Choice("1", "the multimodal processor cache was asked for "
+                      "(--engine-arg mm_processor_cache_gb), and it is not thread-safe")
+    n = min(4, max(1, hw.cores // 4))
+    return Choice(str(n), f"vLLM's image processor and tokenizer beside the event loop on a GPU "
+                  f"host of {hw.cores} cores (one thread held the frontend at a full core from "
+                  "16 req/s of 12 MP photos on an H200)")
+
+
 def export_problem(cfg: ServeConfig) -> str | None:
     """Why ``--encoder onnx`` cannot serve this model as configured, or None."""
     from edgeserve.encoder import EncoderError, check_encoder
@@ -126,4 +150,10 @@ def resolve(cfg: ServeConfig, hw: Hardware) -> tuple[ServeConfig, list[str]]:
         choice = choose_encoder(hw, problem, workers=split)
         cfg = cfg.replace(encoder=EncoderKind(choice.value))
         lines.append(f"encoder {choice.value}: {choice.reason} (override: --encoder none|onnx)")
+    if cfg.frontend_render_threads is None:
+        kept = float(cfg.engine.extra.get("mm_processor_cache_gb") or 0) > 0
+        choice = choose_render_threads(hw, cache_kept=kept)
+        cfg = cfg.replace(frontend_render_threads=int(choice.value))
+        lines.append(f"frontend render threads {choice.value}: {choice.reason} "
+                     "(override: --frontend-render-threads)")
     return cfg, lines

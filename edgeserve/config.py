@@ -193,6 +193,9 @@ class ServeConfig:
     # torch intra-op threads of the frontend process, where vLLM's image processor normalizes and
     # patchifies each image: its threads would only contend with the workers for the cores
     frontend_torch_threads: int = 1
+    # threads of vLLM's renderer in the frontend (tokenization and the image processor, off the
+    # event loop); None: chosen from the machine (edgeserve.auto_defaults.choose_render_threads)
+    frontend_render_threads: int | None = None
     engine_core_placement: EngineCorePlacement = EngineCorePlacement.WITH_WORKER
     # lifecycle
     warmup: bool = True  # image steps of the largest and common sizes before ready (edgeserve.warmup)
@@ -279,6 +282,9 @@ class ServeConfig:
         if not isinstance(self.frontend_torch_threads, int) or self.frontend_torch_threads < 1:
             raise ConfigError("frontend_torch_threads must be an integer >= 1, got "
                               f"{self.frontend_torch_threads!r}")
+        threads = self.frontend_render_threads
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise ConfigError(f"frontend_render_threads must be an integer >= 1, got {threads!r}")
         if not isinstance(self.encoder_threads, int) or self.encoder_threads < 1:
             raise ConfigError(f"encoder_threads must be an integer >= 1, got {self.encoder_threads!r}")
         if not isinstance(self.encoder_provider, str) or not self.encoder_provider.strip():

@@ -245,6 +245,9 @@ class Engine:
             # limit 0 + enable_mm_embeds: embeddings only, the tower is not loaded; the frontend
             # enforces max_images_per_request itself
             images = {"limit_mm_per_prompt": {"image": 0, "video": 0}, "enable_mm_embeds": True}
+        render: dict[str, Any] = {}
+        if self.config.frontend_render_threads is not None:
+            render["renderer_num_workers"] = self.config.frontend_render_threads
         return AsyncEngineArgs(
             model=self.config.model,
             served_model_name=[self.config.model_name],
@@ -259,6 +262,7 @@ class Engine:
             disable_log_stats=True,  # no periodic log lines; our logger still receives stats
             enable_logging_iteration_details=True,
             **images,
+            **render,
             **memory,
             **load,
             **opts.extra,
@@ -294,7 +298,11 @@ class Engine:
         elif out:
             say(f"KV cache: vLLM's fraction {opts.gpu_memory_utilization} "
                  "(--gpu-memory-utilization)")
-        if "mm_processor_cache_gb" not in opts.extra:
+        if "mm_processor_cache_gb" not in opts.extra and (cfg.frontend_render_threads or 1) > 1:
+            out["mm_processor_cache_gb"] = 0
+            say(f"multimodal processor cache off: {cfg.frontend_render_threads} render threads "
+                "cannot share it (vLLM's cache is not thread-safe)")
+        elif "mm_processor_cache_gb" not in opts.extra:
             import psutil
 
             gb = engine_memory.mm_cache_gb(
@@ -450,7 +458,7 @@ class Engine:
                                  request_id: str) -> AsyncIterator[RequestOutput]:
         """``generate`` on the rendered prompt, rendered at the first ``__anext__`` — where
         vLLM's raw-prompt path rendered it — so that errors and timing stay where they were."""
-        engine_input = vllm_compat.render_prompt(self._llm, prompt)
+        engine_input = await vllm_compat.render_prompt(self._llm, prompt)
         gen = self._llm.generate(engine_input, params, request_id)
         try:
             async for out in gen:

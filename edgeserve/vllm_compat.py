@@ -103,14 +103,17 @@ def load_format_args(model_dir: str | Path, extra: dict[str, Any]) -> tuple[dict
             "(vLLM load_format=dummy; outputs are meaningless text)")
 
 
-def render_prompt(llm: Any, prompt: dict[str, Any]) -> Any:
+async def render_prompt(llm: Any, prompt: dict[str, Any]) -> Any:
     """``prompt`` (text, ``multi_modal_data``, ``multi_modal_uuids``, ``mm_processor_kwargs``)
-    rendered for ``llm`` (an ``AsyncLLM``) through its ``Renderer`` — the same steps vLLM's
-    deprecated raw-prompt path runs inside ``generate``; call it where that would have run (its
-    errors are the same ``VLLMValidationError``s)."""
+    rendered for ``llm`` (an ``AsyncLLM``) through its ``Renderer`` — the steps vLLM's
+    deprecated raw-prompt path runs inside ``generate``, taken by the renderer's async path as
+    `vllm serve` takes them: tokenization and the image processor run on the renderer's threads
+    (``renderer_num_workers``), not on the event loop. Call it where ``generate`` would have
+    rendered (its errors are the same ``VLLMValidationError``s)."""
     from vllm.renderers.inputs.preprocess import parse_model_prompt
 
     renderer = llm.renderer
     parsed = parse_model_prompt(llm.model_config, prompt)
-    (engine_input,) = renderer.render_cmpl([parsed], renderer.default_cmpl_tok_params)
+    (engine_input,) = await renderer.render_cmpl_async([parsed],
+                                                       renderer.default_cmpl_tok_params)
     return engine_input

@@ -76,6 +76,14 @@ def add_parser(subparsers: Any, help_: str) -> None:
                    help="record: about how long the designed run takes (default 180)")
     p.add_argument("--image-rate", type=float, default=1.0, metavar="RPS",
                    help="record: image requests per second in the image phases (default 1)")
+    p.add_argument("--model", dest="record_model", metavar="DIR",
+                   help="record, with --url: the model folder the server serves (its pixel "
+                        "budget sizes the schedule's images; default: the default model)")
+    p.add_argument("--max-num-seqs", dest="record_max_num_seqs", type=int, metavar="N",
+                   help="record, with --url: the server's max_num_seqs (the deepest batch the "
+                        "schedule holds; default: the default server's)")
+    p.add_argument("--max-pixels", dest="record_max_pixels", type=int, metavar="N",
+                   help="record, with --url: the server's --max-pixels (default: the model's)")
     p.add_argument("--base", help="profile to start from (shipped name or YAML path)")
     p.add_argument("--name", help="profile name (default: the --out file's stem)")
     from edgeserve.cli.calibrate_thermal import add_arguments

@@ -13,8 +13,13 @@ from edgeserve.bench.calibration_schedule import Schedule, ScheduleConfig, desig
 def _schedule(args: argparse.Namespace) -> Schedule:
     from edgeserve.config import ServeConfig
 
-    serve = ServeConfig()  # the default server's limits (the model folder's pixel budget)
-    return design(ScheduleConfig(budget_s=args.budget_s, max_num_seqs=serve.engine.max_num_seqs,
+    # the driven server's limits: the default server's, or those given for a server of another
+    # model or size (--model, --max-num-seqs, --max-pixels)
+    serve = ServeConfig() if args.record_model is None else ServeConfig(model=args.record_model)
+    if args.record_max_pixels is not None:
+        serve = serve.replace(max_pixels=args.record_max_pixels)
+    seqs = args.record_max_num_seqs or serve.engine.max_num_seqs
+    return design(ScheduleConfig(budget_s=args.budget_s, max_num_seqs=seqs,
                                  max_pixels=int(serve.max_pixels or 0),
                                  min_pixels=int(serve.min_pixels or 0),
                                  factor=serve.spec.factor if serve.spec else 28,
@@ -24,6 +29,11 @@ def _schedule(args: argparse.Namespace) -> Schedule:
 def run_record(args: argparse.Namespace) -> int:
     if args.out is None:
         print("edgeserve calibrate record: --out TRACE.jsonl is required", file=sys.stderr)
+        return 2
+    if args.url is None and (args.record_model or args.record_max_num_seqs or args.record_max_pixels):
+        print("edgeserve calibrate record: --model, --max-num-seqs and --max-pixels describe a "
+              "server given with --url; without it the default server is started",
+              file=sys.stderr)
         return 2
     try:
         schedule = _schedule(args)

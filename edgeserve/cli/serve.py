@@ -38,6 +38,7 @@ _FIELDS = {
     "warmup": "warmup",
     "engine_core_placement": "engine_core_placement",
     "frontend_torch_threads": "frontend_torch_threads",
+    "frontend_render_threads": "frontend_render_threads",
     "max_model_len": "engine.max_model_len", "max_num_seqs": "engine.max_num_seqs",
     "gpu_memory_utilization": "engine.gpu_memory_utilization", "dtype": "engine.dtype",
     "kv_cache_memory_bytes": "engine.kv_cache_memory_bytes",
@@ -174,6 +175,14 @@ def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
                    "processor normalizes and patchifies each image; more threads contend with the "
                    "preprocessing workers for the cores and spin at every operation's end "
                    f"(default: {_d('frontend_torch_threads')})")
+    g.add_argument("--frontend-render-threads", type=int, metavar="N",
+                   help="threads of vLLM's renderer in the frontend process: they tokenize and run "
+                   "vLLM's image processor (rescale, normalize, patchify of each ready-sized "
+                   "image) beside the event loop. More than one turns vLLM's multimodal "
+                   "processor cache off (it is not thread-safe) and needs upstream vLLM: its CPU "
+                   "build runs the image processor on one thread whatever the count "
+                   "(default: chosen from the machine, said at start: 4 on a GPU host of 16 "
+                   "cores or more, 1 on vLLM's CPU build)")
     g = p.add_argument_group("replicas and tensor parallelism")
     g.add_argument("--replicas", type=int, metavar="N",
                    help="serve the model as N replicas behind this one endpoint: N whole servers "

@@ -6,10 +6,15 @@
 #   scripts/gpu/device.sh run [SERVERS]    install (once), build the random model, run
 #                                          benchmarks/gpu_compare.py for SERVERS (default: all),
 #                                          copy results, logs and traces to $OUT
+#   scripts/gpu/device.sh calibrate        install (once), build the random model, start edgeserve
+#                                          (split, the run's sizing) with a trace, drive it through
+#                                          `edgeserve calibrate record` (BUDGET s, IMAGE_RATE/s),
+#                                          stop it, archive trace and logs to $OUT
 #   scripts/gpu/device.sh tp-layouts [STEPS]  on a 2-GPU host: install (once), build qwen2-vl-7b,
 #                                          run benchmarks/tp_layouts.py for STEPS (allreduce,
 #                                          2xTP1, 1xTP2; default all), copy results and logs
-# Settings (environment): SHAPE (qwen2-vl-2b), TOKENS (1280), RATES, DURATION, API_SERVERS.
+# Settings (environment): SHAPE (qwen2-vl-2b), TOKENS (1280), RATES, DURATION, API_SERVERS,
+# BUDGET (150), IMAGE_RATE (8).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 STAGE=/tmp/edgeserve_wheels SITE=/tmp/edgeserve_site PARTS=/tmp/edgeserve_gpu_compare
@@ -65,6 +70,34 @@ tp-layouts)
     $PY benchmarks/tp_layouts.py "${args[@]}" 2>&1 | tee "$OUT/tp_layouts.log" || rc=$?
     budget="/tmp/edgeserve_tp_layouts/qwen2-vl-7b-${TOKENS:-1280}tok"
     archive "$budget" "$OUT/tp_layouts-parts.tgz"
+    echo "done in $(( $(date +%s) - t0 )) s, rc $rc"
+    exit $rc
+    ;;
+calibrate)
+    t0=$(date +%s)
+    install_once
+    SHAPE=${SHAPE:-qwen2-vl-2b}
+    MODEL=/tmp/edgeserve_models/$SHAPE
+    [[ -f "$MODEL/config.json" ]] || $PY -m edgeserve models build-random "$SHAPE" --out "$MODEL"
+    CAL=/tmp/edgeserve_calibrate; rm -rf "$CAL"; mkdir -p "$CAL"
+    pixels=$($PY -c "from mm_preproc.spec import read_spec; print(read_spec('$MODEL').budget(${TOKENS:-1280}))")
+    $PY -m edgeserve serve --model "$MODEL" --max-pixels "$pixels" --max-model-len 4096 \
+        --max-num-seqs 64 --gpu-memory-utilization 0.85 --port 8200 --trace "$CAL/calibration.jsonl" \
+        --engine-log "$CAL/engine.log" > "$CAL/server.log" 2>&1 &
+    server=$!
+    for _ in $(seq 400); do
+        $PY -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8200/health', timeout=2)" \
+            2>/dev/null && break
+        kill -0 $server 2>/dev/null || { tail -20 "$CAL/server.log"; exit 1; }
+        sleep 1
+    done
+    echo "server ready after $(( $(date +%s) - t0 )) s"; grep -E "dtype|encoder|render threads|warm-up" "$CAL/server.log" | head -8 || true
+    rc=0
+    $PY -m edgeserve calibrate record --url http://127.0.0.1:8200 --out "$CAL/schedule.jsonl" \
+        --model "$MODEL" --max-num-seqs 64 --max-pixels "$pixels" --budget-s "${BUDGET:-150}" \
+        --image-rate "${IMAGE_RATE:-8}" 2>&1 | tee "$CAL/record.log" || rc=$?
+    kill -TERM $server; wait $server || true
+    tar czf "$OUT/calibrate-$SHAPE-${TOKENS:-1280}tok.tgz" -C "$CAL" .
     echo "done in $(( $(date +%s) - t0 )) s, rc $rc"
     exit $rc
     ;;

@@ -5,7 +5,9 @@ float32 otherwise, whatever the core count; on a GPU the checkpoint's own dtype.
 on ONNX Runtime in the workers on the CPU build when the model has a usable export, in the
 engine on a GPU or without one (the reason then names what is missing). ``--dtype`` and
 ``--encoder`` given are kept. The worker count follows the chosen encoder, and the KV cache's
-bytes per token follow the chosen dtype.
+bytes per token follow the chosen dtype. vLLM's renderer in the frontend gets
+``min(4, cores // 4)`` threads on a GPU host and one on the CPU build, or one where the user kept
+vLLM's multimodal processor cache, which the threads cannot share.
 """
 
 from __future__ import annotations
@@ -15,7 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from edgeserve.auto_defaults import choose_dtype, choose_encoder, model_dtype, resolve
+from edgeserve.auto_defaults import (
+    choose_dtype,
+    choose_encoder,
+    choose_render_threads,
+    model_dtype,
+    resolve,
+)
 from edgeserve.config import EncoderKind, EngineOptions, ServeConfig, default_workers
 from edgeserve.engine_memory import KVGeometry
 from edgeserve.hardware import Hardware, Platform
@@ -92,9 +100,10 @@ def test_resolve_on_avx2_chooses_float32_and_the_workers_encoder(tiny_model_dir:
 
 def test_resolve_keeps_what_was_given(tiny_model_dir: Path) -> None:
     cfg = ServeConfig(model=str(tiny_model_dir), encoder=EncoderKind.NONE, workers=3,
-                      engine=EngineOptions(dtype="bfloat16"))
+                      engine=EngineOptions(dtype="bfloat16"), frontend_render_threads=2)
     got, lines = resolve(cfg, cpu(AVX2))
     assert (got.engine.dtype, got.encoder, got.workers) == ("bfloat16", EncoderKind.NONE, 3)
+    assert got.frontend_render_threads == 2
     assert lines[1:] == ["dtype bfloat16 (--dtype)"]
 
 
@@ -104,7 +113,7 @@ def test_resolve_without_an_export_falls_back_in_one_line(tiny_model_dir: Path,
     shutil.copytree(tiny_model_dir, model, ignore=shutil.ignore_patterns("onnx"))
     got, lines = resolve(ServeConfig(model=str(model)), cpu(AVX512_BF16))
     assert got.encoder is EncoderKind.NONE and got.workers == default_workers()
-    assert len(lines) == 3 and lines[2].startswith("encoder none: vLLM's tower inside the engine")
+    assert len(lines) == 4 and lines[2].startswith("encoder none: vLLM's tower inside the engine")
     assert "encoder.onnx" in lines[2]
 
 
@@ -114,3 +123,27 @@ def test_the_kv_cache_follows_the_chosen_dtype(tiny_model_dir: Path) -> None:
         tiny_model_dir, resolve(cfg, cpu(flags))[0].engine.dtype or "auto").bytes_per_token
         for flags in (AVX2, AVX512_BF16)}
     assert per_token[AVX2] == 2 * per_token[AVX512_BF16]
+
+
+@pytest.mark.parametrize(("cores", "threads"), [(2, 1), (8, 2), (16, 4), (64, 4)])
+def test_render_threads_on_a_gpu_grow_with_the_cores_up_to_four(cores: int, threads: int) -> None:
+    gpu = Hardware(cpu_flags=AVX2, cores=cores, platform=Platform.GPU)
+    assert choose_render_threads(gpu).value == str(threads)
+
+
+@pytest.mark.parametrize("flags", [AVX2, AVX512_BF16, AMX])
+def test_render_threads_on_the_cpu_build_are_one(flags: frozenset[str]) -> None:
+    assert choose_render_threads(cpu(flags, cores=64)).value == "1"
+
+
+def test_a_kept_processor_cache_keeps_one_render_thread(tiny_model_dir: Path) -> None:
+    """vLLM refuses renderer threads beside its (not thread-safe) processor cache: a user who
+    asked for the cache gets one thread, and the line says why."""
+    gpu = Hardware(cpu_flags=AVX2, cores=16, platform=Platform.GPU)
+    cfg = ServeConfig(model=str(tiny_model_dir),
+                      engine=EngineOptions(extra={"mm_processor_cache_gb": 2}))
+    got, lines = resolve(cfg, gpu)
+    assert got.frontend_render_threads == 1
+    assert lines[-1].startswith("frontend render threads 1: the multimodal processor cache")
+    got, lines = resolve(ServeConfig(model=str(tiny_model_dir)), gpu)
+    assert got.frontend_render_threads == 4 and lines[-1].startswith("frontend render threads 4")

@@ -37,6 +37,9 @@ def test_flags_map_onto_the_config(tiny_model_dir: Path) -> None:
     assert ServeConfig(model=str(tiny_model_dir)).frontend_torch_threads == 1
     assert parse("--model", str(tiny_model_dir), "--frontend-torch-threads", "4"
                  ).frontend_torch_threads == 4
+    assert ServeConfig(model=str(tiny_model_dir)).frontend_render_threads is None  # auto
+    assert parse("--model", str(tiny_model_dir), "--frontend-render-threads", "3"
+                 ).frontend_render_threads == 3
 
 
 def test_flags_override_the_file_and_the_file_overrides_defaults(
@@ -77,6 +80,7 @@ def test_unknown_file_fields_are_named(tmp_path: Path) -> None:
         ({"engine": {"gpu_memory_utilization": 1.5}}, "gpu_memory_utilization"),
         ({"engine_core_placement": "core0"}, "engine_core_placement must be 'with-worker' or"),
         ({"frontend_torch_threads": 0}, "frontend_torch_threads must be an integer >= 1"),
+        ({"frontend_render_threads": 0}, "frontend_render_threads must be an integer >= 1"),
     ],
 )
 def test_bad_values_fail_at_construction_with_the_field_named(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -77,9 +78,9 @@ def test_a_prompt_with_an_image_renders_through_the_engines_renderer(
         [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "hi"}]}],
         tokenize=False, add_generation_prompt=True))
     image = np.zeros((56, 112, 3), dtype=np.uint8)  # 2 x 4 patches of 28 px: 8 image tokens
-    out = vllm_compat.render_prompt(llm, {
+    out = asyncio.run(vllm_compat.render_prompt(llm, {
         "prompt": text, "multi_modal_data": {"image": [image]},
-        "multi_modal_uuids": {"image": ["img-1"]}})
+        "multi_modal_uuids": {"image": ["img-1"]}}))
     image_id = tok.convert_tokens_to_ids("<|image_pad|>")
     assert out["prompt_token_ids"].count(image_id) == 8
     assert "type" in out  # what generate() takes without the raw-prompt path
