@@ -98,6 +98,9 @@ class GpuCompareConfig:
     output_len: str = "32-64"
     warmup_requests: int = 2
     api_servers: int = 4  # vllm-best's --api-server-count
+    # and its renderer threads per API server (vLLM's --renderer-num-workers; more than one
+    # needs its processor cache off): the image processor off each API server's event loop
+    render_threads: int = 4
     max_num_seqs: int = 64
     max_model_len: int = 4096
     gpu_memory_utilization: float = 0.85
@@ -119,7 +122,7 @@ class GpuCompareConfig:
             raise ValueError("image tokens must be >= 4")
         if list(self.rates_rps) != sorted(self.rates_rps) or min(self.rates_rps) <= 0:
             raise ValueError(f"rates must be positive and increasing, got {self.rates_rps}")
-        if self.duration_s <= 0 or self.api_servers < 1:
+        if self.duration_s <= 0 or self.api_servers < 1 or self.render_threads < 1:
             raise ValueError("the duration must be > 0 s and the API server count >= 1")
 
     @property
@@ -164,6 +167,9 @@ class GpuCompareConfig:
             argv += ["--load-format", load["load_format"]]
         if server is Server.VLLM_BEST:
             argv += ["--api-server-count", str(self.api_servers)]
+            if self.render_threads > 1:
+                argv += ["--renderer-num-workers", str(self.render_threads),
+                         "--mm-processor-cache-gb", "0"]
         return argv
 
 
@@ -370,6 +376,9 @@ def config_from_args(argv: list[str] | None = None) -> GpuCompareConfig:
     p.add_argument("--rates", default=None, help="offered req/s, e.g. 2,4,8")
     p.add_argument("--duration", type=float, default=None, help="seconds of arrivals per rate")
     p.add_argument("--api-servers", type=int, default=4, help="vllm-best's --api-server-count")
+    p.add_argument("--render-threads", type=int, default=4,
+                   help="vllm-best's --renderer-num-workers per API server (1: vLLM's default, "
+                        "with its processor cache; more turn the cache off)")
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--parts", type=Path, default=Path("/tmp/edgeserve_gpu_compare"))
     p.add_argument("--smoke", action="store_true",
@@ -393,6 +402,7 @@ def config_from_args(argv: list[str] | None = None) -> GpuCompareConfig:
         return GpuCompareConfig(
             model=Path(model), servers=servers, image_tokens=a.image_tokens, rates_rps=rates,
             duration_s=a.duration or (6.0 if a.smoke else 15.0), api_servers=a.api_servers,
+            render_threads=a.render_threads,
             out=out, parts=a.parts, smoke=a.smoke, max_num_seqs=16 if a.smoke else 64,
             output_len="8-16" if a.smoke else "32-64", warmup_requests=1 if a.smoke else 2,
             bodies=a.parts / "bodies")

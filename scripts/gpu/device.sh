@@ -14,7 +14,7 @@
 #                                          run benchmarks/tp_layouts.py for STEPS (allreduce,
 #                                          2xTP1, 1xTP2; default all), copy results and logs
 # Settings (environment): SHAPE (qwen2-vl-2b), TOKENS (1280), RATES, DURATION, API_SERVERS,
-# BUDGET (150), IMAGE_RATE (8).
+# RENDER_THREADS (4, vllm-best's --renderer-num-workers), BUDGET (150), IMAGE_RATE (8).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 STAGE=/tmp/edgeserve_wheels SITE=/tmp/edgeserve_site PARTS=/tmp/edgeserve_gpu_compare
@@ -108,7 +108,8 @@ run)
     MODEL=/tmp/edgeserve_models/$SHAPE
     [[ -f "$MODEL/config.json" ]] || $PY -m edgeserve models build-random "$SHAPE" --out "$MODEL"
     args=(--model "$MODEL" --image-tokens "${TOKENS:-1280}" --parts "$PARTS"
-          --out "$OUT/gpu_compare.json" --api-servers "${API_SERVERS:-4}")
+          --out "$OUT/gpu_compare.json" --api-servers "${API_SERVERS:-4}"
+          --render-threads "${RENDER_THREADS:-4}")
     [[ -n "${2:-}" ]] && args+=(--servers "$2")
     [[ -n "${RATES:-}" ]] && args+=(--rates "$RATES")
     [[ -n "${DURATION:-}" ]] && args+=(--duration "$DURATION")
