@@ -104,7 +104,7 @@ def this_machines_dtype() -> str:
     return "bfloat16" if detect(Platform.CPU).bf16_feature else "float32"
 
 
-def test_the_default_server_states_its_dtype_and_encoder_choices_with_their_reasons(
+def test_the_default_server_states_its_dtype_encoder_and_render_choices_with_their_reasons(
     default_server: ServerProcess, tiny_model_dir: Path,
 ) -> None:
     lines = [x.removeprefix("edgeserve serve: ")
@@ -119,6 +119,10 @@ def test_the_default_server_states_its_dtype_and_encoder_choices_with_their_reas
     assert encoder.startswith("encoder onnx: the exported tower on ONNX Runtime in the workers")
     assert next(x for x in lines if x.startswith("vision encoder: ")).startswith(
         f"vision encoder: {tiny_model_dir / 'onnx' / 'encoder.onnx'} on ONNX Runtime")
+    # vLLM's CPU build: one render thread, said so, and the processor cache stays on
+    render = next(x for x in lines if x.startswith("frontend render threads "))
+    assert render.startswith("frontend render threads 1: vLLM's CPU build")
+    assert any(x.startswith("multimodal processor cache capped at ") for x in lines)
     ready = next(x for x in lines if x.startswith("ready on "))
     assert f"workers={default_workers(encoder_on_cpu=True)}" in ready
 

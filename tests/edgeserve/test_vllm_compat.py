@@ -84,3 +84,19 @@ def test_a_prompt_with_an_image_renders_through_the_engines_renderer(
     image_id = tok.convert_tokens_to_ids("<|image_pad|>")
     assert out["prompt_token_ids"].count(image_id) == 8
     assert "type" in out  # what generate() takes without the raw-prompt path
+
+
+def test_render_threads_reach_vllm_with_its_processor_cache_off(
+        tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Several render threads become vLLM's renderer_num_workers, and the processor cache they
+    cannot share is turned off, which vLLM's own config validation accepts; one thread keeps the
+    cache."""
+    cfg = ServeConfig(model=str(tiny_model_dir), frontend_render_threads=3,
+                      engine=EngineOptions(kv_cache_memory_bytes=1 << 28))
+    args = Engine(cfg, StallMeter(0.0)).engine_args()
+    assert (args.renderer_num_workers, args.mm_processor_cache_gb) == (3, 0)
+    assert "multimodal processor cache off: 3 render threads" in capsys.readouterr().out
+    vc = args.create_engine_config(vllm_compat.serving_usage_context())
+    assert vc.model_config.renderer_num_workers == 3
+    one = Engine(cfg.replace(frontend_render_threads=1), StallMeter(0.0)).engine_args()
+    assert one.renderer_num_workers == 1 and one.mm_processor_cache_gb > 0
