@@ -36,6 +36,11 @@ install_once() {
         && echo "mm_preproc C kernel built" || echo "mm_preproc C kernel not built (numpy path)"
 }
 
+model_folder() {  # model_folder SHAPE: MODEL=its random-weight folder, built once
+    MODEL=/tmp/edgeserve_models/$1
+    [[ -f "$MODEL/config.json" ]] || $PY -m edgeserve models build-random "$1" --out "$MODEL"
+}
+
 # At most 8 files come back from $OUT: the merged JSON, table and log stay as they are; the parts,
 # server logs (their last 400 kB), traces and GPU samples of a budget go into one archive.
 archive() {  # archive BUDGET_DIR OUT_TGZ
@@ -59,8 +64,7 @@ stage)
 tp-layouts)
     t0=$(date +%s)
     install_once
-    MODEL=/tmp/edgeserve_models/qwen2-vl-7b
-    [[ -f "$MODEL/config.json" ]] || $PY -m edgeserve models build-random qwen2-vl-7b --out "$MODEL"
+    model_folder qwen2-vl-7b
     args=(--model "$MODEL" --image-tokens "${TOKENS:-1280}" --parts /tmp/edgeserve_tp_layouts
           --out "$OUT/tp_layouts.json")
     [[ -n "${2:-}" ]] && args+=(--steps "$2")
@@ -77,8 +81,7 @@ calibrate)
     t0=$(date +%s)
     install_once
     SHAPE=${SHAPE:-qwen2-vl-2b}
-    MODEL=/tmp/edgeserve_models/$SHAPE
-    [[ -f "$MODEL/config.json" ]] || $PY -m edgeserve models build-random "$SHAPE" --out "$MODEL"
+    model_folder "$SHAPE"
     CAL=/tmp/edgeserve_calibrate; rm -rf "$CAL"; mkdir -p "$CAL"
     pixels=$($PY -c "from mm_preproc.spec import read_spec; print(read_spec('$MODEL').budget(${TOKENS:-1280}))")
     $PY -m edgeserve serve --model "$MODEL" --max-pixels "$pixels" --max-model-len 4096 \
@@ -105,8 +108,7 @@ run)
     t0=$(date +%s)
     install_once
     SHAPE=${SHAPE:-qwen2-vl-2b}
-    MODEL=/tmp/edgeserve_models/$SHAPE
-    [[ -f "$MODEL/config.json" ]] || $PY -m edgeserve models build-random "$SHAPE" --out "$MODEL"
+    model_folder "$SHAPE"
     args=(--model "$MODEL" --image-tokens "${TOKENS:-1280}" --parts "$PARTS"
           --out "$OUT/gpu_compare.json" --api-servers "${API_SERVERS:-4}"
           --render-threads "${RENDER_THREADS:-4}")
