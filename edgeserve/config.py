@@ -285,6 +285,11 @@ class ServeConfig:
         threads = self.frontend_render_threads
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise ConfigError(f"frontend_render_threads must be an integer >= 1, got {threads!r}")
+        cache = self.engine.extra.get("mm_processor_cache_gb")
+        if threads is not None and threads > 1 and isinstance(cache, int | float) and cache > 0:
+            raise ConfigError(f"{threads} render threads cannot share vLLM's multimodal processor "
+                              "cache (it is not thread-safe): drop --engine-arg "
+                              "mm_processor_cache_gb, or give --frontend-render-threads 1")
         if not isinstance(self.encoder_threads, int) or self.encoder_threads < 1:
             raise ConfigError(f"encoder_threads must be an integer >= 1, got {self.encoder_threads!r}")
         if not isinstance(self.encoder_provider, str) or not self.encoder_provider.strip():

@@ -10,7 +10,13 @@ import pytest
 
 from edgeserve.cli.main import parse_args
 from edgeserve.cli.serve import config_from_args
-from edgeserve.config import ConfigError, EngineCorePlacement, PreprocMode, ServeConfig
+from edgeserve.config import (
+    ConfigError,
+    EngineCorePlacement,
+    EngineOptions,
+    PreprocMode,
+    ServeConfig,
+)
 
 
 def parse(*argv: str) -> ServeConfig:
@@ -81,6 +87,8 @@ def test_unknown_file_fields_are_named(tmp_path: Path) -> None:
         ({"engine_core_placement": "core0"}, "engine_core_placement must be 'with-worker' or"),
         ({"frontend_torch_threads": 0}, "frontend_torch_threads must be an integer >= 1"),
         ({"frontend_render_threads": 0}, "frontend_render_threads must be an integer >= 1"),
+        ({"frontend_render_threads": 2, "engine": EngineOptions(extra={"mm_processor_cache_gb": 1})},
+         "cannot share vLLM's multimodal processor cache"),
     ],
 )
 def test_bad_values_fail_at_construction_with_the_field_named(
