@@ -5,7 +5,8 @@ engine arguments ``vllm serve`` gets, under ``vllm serve``'s usage context. Each
 is made before the clock starts, already at the size the servers resize 12 MP photos to (a
 ``smart_resize`` target of the token budget), so what is left on the CPU is vLLM's own
 rescale/normalize/patchify of a ready image — the part of the pipeline no server can skip — on
-the renderer's threads (four on the GPU, as edgeserve's default there gives its frontend). The
+the renderer's threads (as many as edgeserve's default gives its frontend on the machine: four
+on a 16-core GPU host). The
 requests follow the same Poisson schedules as the servers'; TTFT is from a request's scheduled
 arrival to its first output with text.
 """
@@ -31,15 +32,19 @@ MiB = 1024 * 1024
 def engine_args(cfg: Any) -> Any:
     from vllm.engine.arg_utils import AsyncEngineArgs
 
-    from edgeserve import vllm_compat
+    from edgeserve import hardware, vllm_compat
+    from edgeserve.auto_defaults import choose_render_threads
 
     load, _ = vllm_compat.load_format_args(cfg.model, {})
     memory: dict[str, Any] = ({"kv_cache_memory_bytes": 256 * MiB} if cfg.smoke
                               else {"gpu_memory_utilization": cfg.gpu_memory_utilization})
-    # the image processor on four threads beside the event loop; their cache is off (not
-    # thread-safe), and every image is unique anyway
-    render: dict[str, Any] = ({} if cfg.smoke
-                              else {"renderer_num_workers": 4, "mm_processor_cache_gb": 0})
+    # the image processor on as many threads beside the event loop as edgeserve's default gives
+    # its frontend on this machine; with several, their cache is off (not thread-safe), and
+    # every image is unique anyway
+    threads = int(choose_render_threads(hardware.detect()).value)
+    render: dict[str, Any] = {"renderer_num_workers": threads}
+    if threads > 1:
+        render["mm_processor_cache_gb"] = 0
     return AsyncEngineArgs(
         model=str(cfg.model), served_model_name=["m"], max_model_len=cfg.max_model_len,
         max_num_seqs=cfg.max_num_seqs, limit_mm_per_prompt={"image": 4, "video": 0},

@@ -123,7 +123,8 @@ class GpuCompareConfig:
         if list(self.rates_rps) != sorted(self.rates_rps) or min(self.rates_rps) <= 0:
             raise ValueError(f"rates must be positive and increasing, got {self.rates_rps}")
         if self.duration_s <= 0 or self.api_servers < 1 or self.render_threads < 1:
-            raise ValueError("the duration must be > 0 s and the API server count >= 1")
+            raise ValueError("the duration must be > 0 s, the API server count and the render "
+                             "threads >= 1")
 
     @property
     def max_pixels(self) -> int:

@@ -151,9 +151,7 @@ def resolve(cfg: ServeConfig, hw: Hardware) -> tuple[ServeConfig, list[str]]:
         cfg = cfg.replace(encoder=EncoderKind(choice.value))
         lines.append(f"encoder {choice.value}: {choice.reason} (override: --encoder none|onnx)")
     if cfg.frontend_render_threads is None:
-        cache = cfg.engine.extra.get("mm_processor_cache_gb")
-        kept = isinstance(cache, int | float) and cache > 0
-        choice = choose_render_threads(hw, cache_kept=kept)
+        choice = choose_render_threads(hw, cache_kept=cfg.engine.keeps_mm_cache)
         cfg = cfg.replace(frontend_render_threads=int(choice.value))
         lines.append(f"frontend render threads {choice.value}: {choice.reason} "
                      "(override: --frontend-render-threads)")

@@ -127,6 +127,13 @@ class EngineOptions:
     def replace(self, **changes: Any) -> EngineOptions:
         return dataclasses.replace(self, **changes)
 
+    @property
+    def keeps_mm_cache(self) -> bool:
+        """Whether the user asked for vLLM's multimodal processor cache (``--engine-arg
+        mm_processor_cache_gb`` above 0), which several render threads cannot share."""
+        cache = self.extra.get("mm_processor_cache_gb")
+        return isinstance(cache, int | float) and cache > 0
+
 
 @dataclass(slots=True, frozen=True)
 class ServeConfig:
@@ -285,8 +292,7 @@ class ServeConfig:
         threads = self.frontend_render_threads
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise ConfigError(f"frontend_render_threads must be an integer >= 1, got {threads!r}")
-        cache = self.engine.extra.get("mm_processor_cache_gb")
-        if threads is not None and threads > 1 and isinstance(cache, int | float) and cache > 0:
+        if threads is not None and threads > 1 and self.engine.keeps_mm_cache:
             raise ConfigError(f"{threads} render threads cannot share vLLM's multimodal processor "
                               "cache (it is not thread-safe): drop --engine-arg "
                               "mm_processor_cache_gb, or give --frontend-render-threads 1")
