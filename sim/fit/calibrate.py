@@ -69,7 +69,7 @@ from sim.fit.identify import (
     stage_uncertainty,
 )
 from sim.fit.least_squares import MIN_SAMPLES
-from sim.fit.speed_level import speed_level
+from sim.fit.speed_level import speed_level, worker_level, worker_stages
 from sim.fit.stage_fits import fit_stages, fit_worker_encode, input_processing
 from sim.fit.step_fit import GAP_FEATURES, cold_steps, fit_step_gap, fit_steps
 from sim.fit.traces import TraceData, image_sizes, worker_encoder
@@ -166,5 +166,8 @@ def calibrate_traces(data: TraceData) -> Calibration:
     # several traces: each one's speed level against the model fitted on all (speed_level)
     levels = [lv for k in range(len(data.runs)) if data.runs[k][1] > data.runs[k][0]
               and (lv := speed_level(cal, data.run(k))) is not None] if len(data.runs) > 1 else []
-    cal.uncertainty = profile_uncertainty(models, levels)
+    # … and the preprocessing workers' level, which varies apart from the engine's
+    wlevels = [lv for k in range(len(data.runs))
+               if (lv := worker_level(cal, data.run(k))) is not None] if len(data.runs) > 1 else []
+    cal.uncertainty = profile_uncertainty(models, levels, wlevels, worker_stages(cal))
     return cal

@@ -67,6 +67,13 @@ def format_uncertainty(cal: Calibration) -> list[str]:
         lines.append(f"  {'server level':13s} {len(u.levels)} traces ran at "
                      + ", ".join(f"{v:.3f}" for v in u.levels)
                      + f" × the model: sd {u.level_sd * 100:.1f} % (log) between servers")
+        if u.worker_levels:
+            lines.append(f"  {'worker level':13s} the preprocessing workers ran at "
+                         + ", ".join(f"{v:.3f}" for v in u.worker_levels)
+                         + f" × the model: sd {u.worker_level_sd * 100:.1f} % (log)")
+        if len(u.levels) < 4:
+            lines.append(f"  {'':13s} a fresh server's level is predicted from {len(u.levels)} "
+                         "servers (Student's t): more calibration traces narrow the intervals")
     else:
         lines.append(f"  {'server level':13s} one trace: the spread between fresh servers is "
                      "not measured (give several calibration traces to measure it)")

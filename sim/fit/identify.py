@@ -228,9 +228,11 @@ def level_spread(levels: list[float]) -> float:
     return float(np.std(logs, ddof=1)) if len(logs) >= 2 else 0.0
 
 
-def profile_uncertainty(models: dict[str, ModelUncertainty | None],
-                        levels: list[float]) -> ProfileUncertainty:
+def profile_uncertainty(models: dict[str, ModelUncertainty | None], levels: list[float],
+                        worker_levels: list[float] | None = None,
+                        worker_stages: list[str] | None = None) -> ProfileUncertainty:
+    wl = worker_levels or []
     return ProfileUncertainty({k: m for k, m in models.items() if m is not None}, LEVEL,
                               RESAMPLES, BLOCK_S, round(level_spread(levels), 4),
-                              [round(v, 4) for v in levels])
-
+                              [round(v, 4) for v in levels], round(level_spread(wl), 4),
+                              [round(v, 4) for v in wl], list(worker_stages or []) if wl else [])

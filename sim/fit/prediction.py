@@ -7,8 +7,13 @@ A prediction interval replays the same workload through ``draws`` profiles, each
 * every fitted model's coefficients drawn together from a normal with their bootstrap covariance
   (clipped at zero: no stage gets faster than free), the contention coefficient from its own
   standard error (narrowed by its shrinkage, :mod:`sim.fit.identify`);
-* one speed level per server, ``exp(N(0, level_sd))``, scaling the step's own time (not the gap
-  between steps), as :func:`sim.fit.speed_level.with_speed_level` does;
+* one speed level per server scaling the step's own time (not the gap between steps), as
+  :func:`sim.fit.speed_level.with_speed_level` does, and another scaling the preprocessing
+  workers' stages (``worker_level_sd``; the two were uncorrelated over ten fresh servers,
+  docs/sim.md): each ``exp(z)``, ``z`` the prediction for one more server from the ``n``
+  calibration servers' log levels, ``level_sd · √(1 + 1/n) · t(n − 1)`` (:func:`level_factor`;
+  ``N(0, level_sd)`` where the profile lists no levels) — two servers cannot pin the spread, and
+  the interval says so;
 * its own seed (arrivals replayed, service noise and drift drawn afresh),
 
 and reads each latency figure's ``level`` interval off the draws' figures (order statistics:
@@ -87,10 +92,41 @@ def draw_profile(profile: Mapping[str, Any], rng: np.random.Generator, *,
                 raw = float(raws.get(name, kappa)) if isinstance(raws, Mapping) else kappa
                 sd = float(t["se"]) * math.sqrt(kappa / raw if raw > 0 else 1.0)
                 host[name] = max(0.0, kappa + float(rng.normal(0.0, sd)))
-    sd_level = float(u.get("level_sd", 0.0))
-    if level and sd_level > 0 and isinstance(step, dict):
-        _scale_own_time(step, models.get("step_gap"), math.exp(float(rng.normal(0.0, sd_level))))
+    if level:
+        sd_level = float(u.get("level_sd", 0.0))
+        if sd_level > 0 and isinstance(step, dict):
+            _scale_own_time(step, models.get("step_gap"),
+                            level_factor(rng, sd_level, len(u.get("levels") or [])))
+        sd_worker = float(u.get("worker_level_sd", 0.0))
+        if sd_worker > 0:
+            f = level_factor(rng, sd_worker, len(u.get("worker_levels") or []))
+            for stage in u.get("worker_stages") or []:
+                entry = out.get("stages", {}).get(stage)
+                if isinstance(entry, dict) and isinstance(entry.get("model"), dict):
+                    _scale(entry["model"], f)
     return out
+
+
+MAX_LEVEL = 2.0  # a server more than twice as slow or fast as the model is another machine
+
+
+def level_factor(rng: np.random.Generator, sd: float, n: int) -> float:
+    """A fresh server's speed level, ``exp(z)``: with ``n`` ≥ 2 measured levels of log sample
+    spread ``sd``, ``z = sd · √(1 + 1/n) · t`` with ``t`` Student's t on ``n − 1`` degrees of
+    freedom (the prediction for one more draw of a normal whose spread is itself estimated);
+    ``z ~ N(0, sd)`` otherwise. Kept within [1/``MAX_LEVEL``, ``MAX_LEVEL``]."""
+    if n >= 2:
+        z = sd * math.sqrt(1.0 + 1.0 / n) * float(rng.standard_t(n - 1))
+    else:
+        z = float(rng.normal(0.0, sd))
+    cap = math.log(MAX_LEVEL)
+    return math.exp(min(cap, max(-cap, z)))
+
+
+def _scale(model: dict[str, Any], factor: float) -> None:
+    """Scale a ``{base_s, per}`` service model's time by ``factor`` in place."""
+    model["base_s"] = float(model.get("base_s", 0.0)) * factor
+    model["per"] = {k: float(v) * factor for k, v in (model.get("per") or {}).items()}
 
 
 def _scale_own_time(step: dict[str, Any], gap: Mapping[str, Any] | None, factor: float) -> None:

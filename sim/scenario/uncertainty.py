@@ -19,6 +19,14 @@ what it found into the profile's ``uncertainty:`` section::
         image_decode: {...}
       level_sd: 0.06                  # sd of log speed level between fresh servers (≥ 2 traces)
       levels: [0.97, 1.05, 1.01]
+      worker_level_sd: 0.02           # the same for the preprocessing workers' stages
+      worker_levels: [0.96, 0.99, 0.98]
+      worker_stages: [image_decode, resize, normalize, encode]   # the stages the workers run
+
+With ``n`` ≥ 2 levels a fresh server's level is drawn as the prediction for one more draw from
+the same normal: ``sd · √(1 + 1/n)`` times Student's t with ``n − 1`` degrees of freedom
+(:func:`sim.fit.prediction.level_factor`), so two calibration servers give a wide interval and
+more servers a narrower one.
 
 A profile without the section is as valid as before; the simulator's point estimate ignores it,
 and prediction intervals (:mod:`sim.fit.prediction`) draw profiles from it.
@@ -75,10 +83,15 @@ class ProfileUncertainty:
     block_s: float = 10.0
     level_sd: float = 0.0  # sd of log speed level between calibration traces (0: not measured)
     levels: list[float] = field(default_factory=list)
+    # the same for the preprocessing workers' stages (Σ measured / Σ modelled worker time)
+    worker_level_sd: float = 0.0
+    worker_levels: list[float] = field(default_factory=list)
+    worker_stages: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         fraction(self.level, "level")
         non_negative(self.level_sd, "level_sd")
+        non_negative(self.worker_level_sd, "worker_level_sd")
         non_negative(self.block_s, "block_s")
 
     def as_dict(self) -> dict[str, Any]:

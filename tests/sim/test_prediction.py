@@ -128,3 +128,51 @@ def test_sim_run_prints_intervals_beside_the_point_estimate_for_a_calibrated_pro
     plain = subprocess.run([*run, "--draws", "0"], capture_output=True, text=True,
                            check=True).stdout
     assert "prediction" not in plain and out.startswith(plain.splitlines()[0])
+
+
+def test_a_fresh_servers_level_from_two_servers_is_students_t_on_one_degree_of_freedom() -> None:
+    from sim.fit.prediction import level_factor
+
+    rng = np.random.default_rng(5)
+    sd = 0.04
+    # two calibration servers: z = sd·√1.5·t₁ (a Cauchy), whose median |z| is sd·√1.5
+    z2 = np.abs(np.log([level_factor(rng, sd, 2) for _ in range(20000)]))
+    assert float(np.median(z2)) == pytest.approx(sd * math.sqrt(1.5), rel=0.05)
+    # many servers: the spread is known, z is nearly N(0, sd)
+    z50 = np.log([level_factor(rng, sd, 50) for _ in range(20000)])
+    assert float(np.std(z50)) == pytest.approx(sd * math.sqrt(1 + 1 / 50) * math.sqrt(49 / 47),
+                                               rel=0.05)
+    # no levels listed: the normal, as before
+    z0 = np.log([level_factor(rng, sd, 0) for _ in range(20000)])
+    assert float(np.std(z0)) == pytest.approx(sd, rel=0.05)
+    # never beyond twice or half the model's speed
+    assert max(level_factor(rng, 5.0, 2) for _ in range(200)) <= 2.0 + 1e-12
+
+
+def coefficients(model: dict) -> list[float]:
+    return [model["base_s"], *(model.get("per") or {}).values()]
+
+
+def test_the_worker_level_scales_the_worker_stages_together_and_nothing_else(
+        profile: dict) -> None:
+    import copy
+
+    prof = copy.deepcopy(profile)
+    u = prof["uncertainty"]
+    u["level_sd"] = 0.0
+    u.update(worker_level_sd=0.1, worker_levels=[0.9, 1.0, 1.1],
+             worker_stages=["image_decode", "resize", "normalize"])
+    rng = np.random.default_rng(9)
+    ratios = []
+    for _ in range(300):
+        drawn = draw_profile(prof, rng, coefficients=False)
+        stages = drawn["stages"]
+        r = [c / c0 for s in u["worker_stages"]
+             for c, c0 in zip(coefficients(stages[s]["model"]),
+                              coefficients(prof["stages"][s]["model"]), strict=True) if c0 > 0]
+        assert r and max(r) == pytest.approx(min(r))  # one factor for all the workers' stages
+        ratios.append(r[0])
+        assert drawn["llm"]["step"] == prof["llm"]["step"]  # the engine's level is apart
+    # three servers: sd·√(4/3)·t₂; the draws spread, centred on the model
+    assert float(np.median(np.log(ratios))) == pytest.approx(0.0, abs=0.03)
+    assert float(np.std(np.log(ratios))) > 0.05

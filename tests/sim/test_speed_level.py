@@ -14,7 +14,7 @@ from sim.fit.calibrate import calibrate_traces
 from sim.fit.calibration import Calibration
 from sim.fit.least_squares import StageFit
 from sim.fit.profile_writer import to_profile
-from sim.fit.speed_level import speed_level, with_speed_level
+from sim.fit.speed_level import speed_level, with_speed_level, worker_level, worker_stages
 from sim.fit.step_fit import step_prediction
 from sim.fit.traces import TraceData, read_traces
 from sim.fit.validate import validate_runs
@@ -85,3 +85,43 @@ def test_a_recorded_server_replayed_at_a_slower_level_waits_longer(
         assert fig_slow[q] > fig[q]
     with pytest.raises(ValueError, match="2 trace profiles for 1 traces"):
         validate_runs(prof, [trace], trace_profiles=[prof, prof])
+
+
+def _slowed_workers(data: TraceData, factor: float) -> TraceData:
+    """``data`` with every one-image request's worker stages taking ``factor`` × as long (the
+    same start, each later stamp moved out from it)."""
+    import msgspec
+
+    recs = []
+    for r in data.records:
+        if r.preproc_start_s is None or r.normalize_end_s is None:
+            recs.append(r)
+            continue
+        t0 = float(r.preproc_start_s)
+        moved = {k: t0 + factor * (float(v) - t0)
+                 for k in ("decode_end_s", "resize_end_s", "normalize_end_s", "encode_end_s")
+                 if (v := getattr(r, k)) is not None}
+        recs.append(msgspec.structs.replace(r, **moved))
+    return TraceData(recs, data.steps, data.meta, data.runs, data.record_runs)
+
+
+def test_a_server_whose_workers_took_longer_has_that_worker_level() -> None:
+    # the in-worker encoder's trace (--encoder onnx): decode, resize, normalize and encode
+    data = read_traces([DATA / "calib_onnx.jsonl"])
+    cal = calibrate_traces(data)
+    assert worker_stages(cal) == ["image_decode", "resize", "normalize", "encode"]
+    own = worker_level(cal, data)
+    assert own is not None and 0.8 < own < 1.2  # the model against the run it was fitted on
+    # the stretch for shared cores depends on which workers overlapped, which slowing them all
+    # changes a little: the level follows the factor to within that
+    slow = worker_level(cal, _slowed_workers(data, 1.25))
+    assert slow is not None and slow / own == pytest.approx(1.25, rel=0.05)
+    assert worker_level(Calibration(), data) is None  # no stage fits: nothing to compare with
+
+
+def test_calibrating_several_traces_writes_each_ones_worker_level() -> None:
+    data = read_traces([DATA / "calib_onnx.jsonl", DATA / "calib_onnx.jsonl"])
+    u = calibrate_traces(data).uncertainty
+    assert u is not None and len(u.worker_levels) == 2
+    assert u.worker_stages == ["image_decode", "resize", "normalize", "encode"]
+    assert u.worker_level_sd == pytest.approx(0.0, abs=1e-3)  # the same trace twice
