@@ -16,6 +16,10 @@ text prompts     text-only requests one at a time, prompts from a few to hundred
                  the prefill term without images
 batch ladder     text requests with long outputs, closed loop at 1, 2, 4 … max_num_seqs in
                  flight, each depth held: the decode and context terms
+long prompts     the same at a quarter of max_num_seqs and at max_num_seqs with 400-word
+                 prompts: context per sequence apart from the depth (with one prompt length
+                 the context grows in step with the batch, and the fit cannot tell the
+                 per-sequence cost from the per-context-token one)
 contention       a batch of decoders beside a stream of large images (workers busy during
                  steps), then the same batch alone (quiet steps): the contention coefficient
 image mix        Poisson arrivals of every ladder size: the image stages per pixel, the encoder
@@ -38,6 +42,8 @@ from typing import Any
 
 from mm_preproc.constants import DRAFT_MIN_RATIO
 from mm_preproc.smart_resize import smart_resize
+
+LONG_PROMPT_WORDS = 400  # the text prompts phase's longest prompt: within every model's length
 
 SHARES = {  # of the budget, by phase kind (fresh shapes take what their idle gaps need)
     "text": 0.10, "batch": 0.35, "contention": 0.30, "image_mix": 0.25}
@@ -162,11 +168,16 @@ def design(cfg: ScheduleConfig) -> Schedule:
               Phase("text prompts", PhaseKind.TEXT, "prefill per prompt token, one at a time",
                     rest * SHARES["text"], concurrency=1, output_len="4-8",
                     prompt_words=(4, 32, 96, 200, 400), idle_before_s=gap)]
-    per_depth = rest * SHARES["batch"] / len(depths)
+    long_depths = tuple(dict.fromkeys((max(1, cfg.max_num_seqs // 4), cfg.max_num_seqs)))
+    per_depth = rest * SHARES["batch"] / (len(depths) + len(long_depths))
     phases += [Phase(f"batch of {c}", PhaseKind.BATCH,
                      f"decode and context terms at {c} sequence(s) decoding", per_depth,
                      concurrency=c, output_len=long_out, prompt_words=(16, 120))
                for c in depths]
+    phases += [Phase(f"batch of {c}, long prompts", PhaseKind.BATCH,
+                     "the context term apart from the decode term", per_depth, concurrency=c,
+                     output_len=long_out, prompt_words=(LONG_PROMPT_WORDS,))
+               for c in long_depths]
     half = max(1, cfg.max_num_seqs // 2)
     phases += [Phase("contention", PhaseKind.CONTENTION,
                      "steps beside busy preprocessing workers", rest * SHARES["contention"] / 2,
@@ -185,13 +196,16 @@ def design(cfg: ScheduleConfig) -> Schedule:
 
 def format_schedule(s: Schedule) -> str:
     lines = [f"calibration run: {len(s.phases)} phases, about {s.planned_s:.0f} s"]
+    width = max(len(p.name) for p in s.phases)
     for p in s.phases:
         what = []
         if p.concurrency:
-            what.append(f"{p.concurrency} text request(s) in flight, {p.output_len} tokens")
+            what.append(f"{p.concurrency} text request(s) in flight, {p.output_len} tokens"
+                        + (f", {p.prompt_words[0]}-word prompts" if len(p.prompt_words) == 1
+                           and p.prompt_words[0] >= LONG_PROMPT_WORDS else ""))
         if p.kind is PhaseKind.FRESH_SHAPES:
             what.append(f"one request per shape: {', '.join(p.sizes)} and text")
         elif p.image_rate_rps:
             what.append(f"images {', '.join(p.sizes)} at {p.image_rate_rps:g}/s")
-        lines.append(f"  {p.name:14s} {p.duration_s:5.0f} s  {'; '.join(what)}  ({p.purpose})")
+        lines.append(f"  {p.name:{width}s} {p.duration_s:5.0f} s  {'; '.join(what)}  ({p.purpose})")
     return "\n".join(lines)

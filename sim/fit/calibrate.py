@@ -51,6 +51,7 @@ from __future__ import annotations
 import math
 
 from edgeserve.records import Outcome
+from edgeserve.step_span import StepTiming
 from sim.fit.calibration import Calibration
 from sim.fit.engine_kv import kv_cache
 from sim.fit.host_effects import (
@@ -73,6 +74,8 @@ from sim.fit.speed_level import speed_level, worker_level, worker_stages
 from sim.fit.stage_fits import fit_stages, fit_worker_encode, input_processing
 from sim.fit.step_fit import GAP_FEATURES, cold_steps, fit_step_gap, fit_steps
 from sim.fit.traces import TraceData, image_sizes, worker_encoder
+
+STEP_WINDOW = 8  # steps averaged per row of the step fit when they were timed by output intervals
 
 
 def calibrate_traces(data: TraceData) -> Calibration:
@@ -131,9 +134,16 @@ def calibrate_traces(data: TraceData) -> Calibration:
         cal.input_processing = input_processing(ok, data.steps)
     fitted = quiet if use_quiet else warm
     run_of = {id(s): k for k, (a, b) in enumerate(runs) for s in data.steps[a:b]}
-    cal.step = fit_steps(fitted, kv, sizes, embeds)
+    # steps timed by output intervals (async scheduling, a GPU) are exact in sum, not one by one
+    window = (STEP_WINDOW if cal.engine.get("step_timing") == StepTiming.OUTPUT_INTERVAL.value
+              else 1)
+    # a prefill beside decoders costs more with their context only on vLLM's CPU backend, which
+    # attends it over the whole batch's keys (STEP_FEATURES); a GPU's attention does not
+    cpu_terms = frozenset() if on_cpu else frozenset({"prefill_x_context"})
+    cal.step = fit_steps(fitted, kv, sizes, embeds, exclude=cpu_terms, window=window)
     # each model bootstrapped over its rows; terms the data do not identify dropped (identify)
-    models = {"step": identify_step(cal, fitted, kv, sizes, embeds, run_of)}
+    models = {"step": identify_step(cal, fitted, kv, sizes, embeds, run_of, window=window,
+                                    exclude=cpu_terms)}
     models.update(stage_uncertainty(cal))
     if cal.step is not None:
         # the idle time between steps is part of every step's period (fit_step_gap); with image
@@ -150,7 +160,9 @@ def calibrate_traces(data: TraceData) -> Calibration:
         cal.cold_factor, cal.cold_n = cold_shape_factor(
             [data.steps[i] for i in cold], cal.step, kv, busy, sizes, cal.contention,
             cal.contention_over, cal.free_cores, cal.gap_s)
-        sd, tau, _n = fit_drift(quiet if use_quiet else warm, cal.step, kv, sizes)
+        # the drift is read off single steps' ratios to the model: not from output intervals
+        sd, tau, _n = (fit_drift(quiet if use_quiet else warm, cal.step, kv, sizes)
+                       if window == 1 else (0.0, 0.0, 0))
         if sd > 0:
             # the drift's share of the steps' spread is no longer independent noise
             cal.drift_sd, cal.drift_tau_s = sd, tau

@@ -68,32 +68,37 @@ def worst(u: ModelUncertainty, bad: dict[str, str]) -> dict[str, str]:
 
 
 def step_samples(steps: list[EngineStep], fit: StageFit, kv: KVCache, sizes: tuple[int, ...],
-                 embeds: bool, run_of: dict[int, int], exclude: frozenset[str]) -> FitSamples:
+                 embeds: bool, run_of: dict[int, int], exclude: frozenset[str],
+                 window: int = 1) -> FitSamples:
     """The step model's rows with the final pass's weights (1/fitted, as :func:`fit_steps`)."""
-    arr = step_rows(steps, kv, sizes, embeds, exclude)
+    arr = step_rows(steps, kv, sizes, embeds, exclude, window)
     coef = np.asarray([fit.per.get(k, 0.0) for k in STEP_FEATURES])
     pred = fit.base_s + arr[:, 2:] @ coef
     floor = max(float(np.median(arr[:, 0])) * 0.1, 1e-6) if len(arr) else 1e-6
-    runs = [run_of.get(id(s), 0) for s in steps if s.duration_s > 0]
+    by_t = {s.t_s: run_of.get(id(s), 0) for s in steps}
+    runs = [by_t.get(t, 0) for t in arr[:, 1]] if window <= 1 else [0] * len(arr)
     return FitSamples.of(STEP_FEATURES, arr[:, 2:], arr[:, 0], arr[:, 1], runs,
                          1.0 / np.maximum(pred, floor))
 
 
 def identify_step(cal: Calibration, steps: list[EngineStep], kv: KVCache, sizes: tuple[int, ...],
-                  embeds: bool, run_of: dict[int, int], *, seed: int = 0) -> ModelUncertainty | None:
+                  embeds: bool, run_of: dict[int, int], *, seed: int = 0,
+                  window: int = 1, exclude: frozenset[str] = frozenset()) -> ModelUncertainty | None:
     """Bootstrap ``cal.step`` (fitted on ``steps``), drop the terms it does not identify and refit
     without them until every kept term is identified; ``cal.step`` becomes the final fit."""
     if cal.step is None:
         return None
     dropped: dict[str, str] = {}
     for _ in range(len(STEP_FEATURES) + 1):
-        s = step_samples(steps, cal.step, kv, sizes, embeds, run_of, frozenset(dropped))
+        s = step_samples(steps, cal.step, kv, sizes, embeds, run_of, exclude | frozenset(dropped),
+                         window)
         bad = collinear(s, [k for k in STEP_FEATURES if k in cal.step.per])
         u = bootstrap_fit(s, cal.step.base_s, cal.step.per, seed=seed)
         bad = bad or worst(u, unidentified(u))
         if not bad:
             break
-        fit = fit_steps(steps, kv, sizes, embeds, exclude=frozenset(dropped) | frozenset(bad))
+        fit = fit_steps(steps, kv, sizes, embeds,
+                        exclude=exclude | frozenset(dropped) | frozenset(bad), window=window)
         if fit is None:
             break
         for k, why in bad.items():

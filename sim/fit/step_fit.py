@@ -89,13 +89,20 @@ def step_prediction(fit: StageFit, s: EngineStep, kv_cache_tokens: KVCache,
 
 def step_rows(steps: Iterable[EngineStep], kv_cache_tokens: KVCache = 0,
               image_sizes: tuple[int, ...] = (), embeds: bool = False,
-              exclude: frozenset[str] = frozenset()) -> np.ndarray:
+              exclude: frozenset[str] = frozenset(), window: int = 1) -> np.ndarray:
     """One row per step with a positive duration: ``[duration_s, t_s, *features]`` in
     :data:`STEP_FEATURES` order, the encoder terms zero with ``embeds``, and those in ``exclude`` zero
-    too (see :func:`fit_steps`)."""
+    too (see :func:`fit_steps`). ``window`` > 1: one row per ``window`` consecutive steps (in
+    time order), their mean — for steps timed by output intervals (:mod:`edgeserve.step_span`),
+    whose spans are exact in sum but can land on a neighbouring step one by one; the model is
+    linear, so the mean of the steps' times is the model of their mean features."""
     rows = [(s.duration_s, s.t_s, *step_features(s, kv_cache_tokens, image_sizes))
             for s in steps if s.duration_s > 0]
     arr = np.asarray(rows, dtype=float).reshape(len(rows), 2 + len(STEP_FEATURES))
+    if window > 1 and len(arr) >= window:
+        arr = arr[np.argsort(arr[:, 1], kind="stable")]
+        n = len(arr) // window * window
+        arr = arr[:n].reshape(n // window, window, arr.shape[1]).mean(axis=1)
     gone = [2 + j for j, k in enumerate(STEP_FEATURES)
             if k in exclude or (embeds and k in ("encoder_tokens", "encoder_tokens_sq",
                                                  "encoder_tokens_cross"))]
@@ -105,7 +112,7 @@ def step_rows(steps: Iterable[EngineStep], kv_cache_tokens: KVCache = 0,
 
 def fit_steps(steps: Iterable[EngineStep], kv_cache_tokens: KVCache = 0,
               image_sizes: tuple[int, ...] = (), embeds: bool = False,
-              exclude: frozenset[str] = frozenset()) -> StageFit | None:
+              exclude: frozenset[str] = frozenset(), window: int = 1) -> StageFit | None:
     """The step-time model from per-step records (``None`` with fewer than MIN_SAMPLES steps).
 
     The coefficients minimise *relative* errors (least squares weighted by 1/ŷ of a first,
@@ -121,8 +128,10 @@ def fit_steps(steps: Iterable[EngineStep], kv_cache_tokens: KVCache = 0,
     ``embeds``: the engine was handed image embeddings (``--encoder onnx``), so its steps ran no
     vision tower — whatever vLLM counts as encoder tokens then costs nothing to encode, and the
     encoder terms are left out (zero) instead of soaking up prefill time. ``exclude``: terms
-    left out the same way (ones the data did not identify, :mod:`sim.fit.identify`)."""
-    arr = np.delete(step_rows(steps, kv_cache_tokens, image_sizes, embeds, exclude), 1, axis=1)
+    left out the same way (ones the data did not identify, :mod:`sim.fit.identify`). ``window``:
+    fit the means of that many consecutive steps (:func:`step_rows`)."""
+    arr = np.delete(step_rows(steps, kv_cache_tokens, image_sizes, embeds, exclude, window), 1,
+                    axis=1)
     if len(arr) < MIN_SAMPLES:
         return None
 

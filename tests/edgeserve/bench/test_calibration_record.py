@@ -63,7 +63,11 @@ def test_the_schedule_has_every_phase_reaches_max_num_seqs_and_fits_its_budget()
     kinds = {p.kind for p in s.phases}
     assert kinds == set(PhaseKind)
     assert batch_depths(12) == (1, 2, 4, 8, 12)
-    assert [p.concurrency for p in s.phases if p.kind is PhaseKind.BATCH] == [1, 2, 4, 8, 12]
+    batches = [p for p in s.phases if p.kind is PhaseKind.BATCH]
+    assert [p.concurrency for p in batches] == [1, 2, 4, 8, 12, 3, 12]
+    # the context per sequence varies apart from the depth: two depths again, long prompts
+    short = max(w for p in batches[:5] for w in p.prompt_words)
+    assert all(min(p.prompt_words) > 3 * short for p in batches[5:])
     assert s.planned_s == pytest.approx(120, rel=0.01)
     contention = next(p for p in s.phases if p.kind is PhaseKind.CONTENTION)
     quiet = next(p for p in s.phases if p.kind is PhaseKind.QUIET)
