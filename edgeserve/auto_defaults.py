@@ -25,6 +25,11 @@ Both were first tuned on whatever CPU was at hand, and both turned out to depend
   needs its multimodal processor cache off); on vLLM's CPU build one, the count its image
   processor runs on there anyway, and the cores are the workers'. ``--frontend-render-threads``
   overrides.
+* **How the engine's processes wait.** vLLM's EngineCore and model worker spin on ``sched_yield``
+  for a second after each message; under Linux's EEVDF scheduler such a spin forfeits its time and
+  can leave a runnable process unscheduled for seconds where tasks share a core. On vLLM's CPU build,
+  where the model worker and the EngineCore share one core, they sleep 50 us per turn instead; on a
+  GPU host vLLM's spin stays (:mod:`edgeserve.engine_wait`). ``--engine-wait`` overrides.
 
 The rules take a :class:`~edgeserve.hardware.Hardware`, so they are tested on machines other
 than the one running the tests; :func:`resolve` applies them to a config and returns the lines
@@ -38,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgeserve.config import EncoderKind, PreprocMode, ServeConfig
+from edgeserve.engine_wait import EngineWait
 from edgeserve.hardware import Hardware, Platform
 
 
@@ -115,6 +121,16 @@ def choose_render_threads(hw: Hardware, *, cache_kept: bool = False) -> Choice:
                   "16 req/s of 12 MP photos on an H200)")
 
 
+def choose_engine_wait(hw: Hardware) -> Choice:
+    """How vLLM's EngineCore and model worker wait on each other's queues on ``hw``."""
+    if hw.platform is Platform.GPU:
+        return Choice(EngineWait.YIELD.value, "vLLM's own spin on a GPU host, where cores are many "
+                      "and the step loop's latency counts")
+    return Choice(EngineWait.SLEEP.value, "50 us sleeps instead of vLLM's sched_yield spin on its "
+                  "CPU build, where the model worker shares its core (two servers on one 2-core "
+                  "host stopped for 5-25 s at a time with the spin)")
+
+
 def export_problem(cfg: ServeConfig) -> str | None:
     """Why ``--encoder onnx`` cannot serve this model as configured, or None."""
     from edgeserve.encoder import EncoderError, check_encoder
@@ -150,6 +166,12 @@ def resolve(cfg: ServeConfig, hw: Hardware) -> tuple[ServeConfig, list[str]]:
         choice = choose_encoder(hw, problem, workers=split)
         cfg = cfg.replace(encoder=EncoderKind(choice.value))
         lines.append(f"encoder {choice.value}: {choice.reason} (override: --encoder none|onnx)")
+    if cfg.engine_wait is None:
+        choice = choose_engine_wait(hw)
+        cfg = cfg.replace(engine_wait=EngineWait(choice.value))
+        lines.append(f"engine wait {choice.value}: {choice.reason} (override: --engine-wait)")
+    else:
+        lines.append(f"engine wait {cfg.engine_wait.value} (--engine-wait)")
     if cfg.frontend_render_threads is None:
         choice = choose_render_threads(hw, cache_kept=cfg.engine.keeps_mm_cache)
         cfg = cfg.replace(frontend_render_threads=int(choice.value))

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgeserve.engine_wait import EngineWait
 from mm_preproc.spec import QWEN2_VL, PreprocSpec, SpecError, read_spec
 
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "tiny-qwen2-vl"
@@ -204,6 +205,9 @@ class ServeConfig:
     # event loop); None: chosen from the machine (edgeserve.auto_defaults.choose_render_threads)
     frontend_render_threads: int | None = None
     engine_core_placement: EngineCorePlacement = EngineCorePlacement.WITH_WORKER
+    # how vLLM's EngineCore and model worker wait on each other's queues (edgeserve.engine_wait);
+    # None: chosen from the machine (edgeserve.auto_defaults.choose_engine_wait)
+    engine_wait: EngineWait | None = None
     # lifecycle
     warmup: bool = True  # image steps of the largest and common sizes before ready (edgeserve.warmup)
     drain_timeout_s: float = 30.0
@@ -276,6 +280,12 @@ class ServeConfig:
             except ValueError:
                 raise ConfigError("engine_core_placement must be 'with-worker' or 'any', got "
                                   f"{self.engine_core_placement!r}") from None
+        if self.engine_wait is not None and not isinstance(self.engine_wait, EngineWait):
+            try:
+                object.__setattr__(self, "engine_wait", EngineWait(self.engine_wait))
+            except ValueError:
+                raise ConfigError("engine_wait must be 'yield' or 'sleep', got "
+                                  f"{self.engine_wait!r}") from None
 
     def _check_encoder(self) -> None:
         if not isinstance(self.encoder, EncoderKind):

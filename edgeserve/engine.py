@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from edgeserve import engine_memory, vllm_compat
+from edgeserve import engine_memory, engine_wait, vllm_compat
 from edgeserve.config import EncoderKind, ServeConfig
 from edgeserve.console import say
 from edgeserve.records import EngineStep
@@ -218,6 +218,13 @@ class Engine:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         check_model_folder(self.config.model)
+        if self.config.engine_wait is not None:  # read by edgeserve.engine_wait in vLLM's processes
+            os.environ[engine_wait.ENV] = self.config.engine_wait.value
+            if (self.config.engine_wait is engine_wait.EngineWait.SLEEP
+                    and not engine_wait.plugin_installed()):
+                say("engine wait sleep asked, but vLLM will not load edgeserve's plugin: the "
+                    "installed package metadata predates it (run make, or pip install -e . "
+                    "again); vLLM's sched_yield spin stays")
         args = self.engine_args()
         factory = _make_logger_factory(self.meter, self.state)
         before = _psm_segments()

@@ -36,7 +36,7 @@ _FIELDS = {
     "trace": "trace", "engine_log": "engine_log", "verbose": "verbose",
     "sample_interval": "sample_interval_s", "drain_timeout": "drain_timeout_s",
     "warmup": "warmup",
-    "engine_core_placement": "engine_core_placement",
+    "engine_core_placement": "engine_core_placement", "engine_wait": "engine_wait",
     "frontend_torch_threads": "frontend_torch_threads",
     "frontend_render_threads": "frontend_render_threads",
     "max_model_len": "engine.max_model_len", "max_num_seqs": "engine.max_num_seqs",
@@ -170,6 +170,12 @@ def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
                    "CPU build does), so that its spin-wait during a step leaves the preprocessing "
                    "workers' cores alone; any: leave vLLM's placement "
                    f"(default: {_d('engine_core_placement')})")
+    g.add_argument("--engine-wait", choices=["yield", "sleep"],
+                   help="how vLLM's EngineCore and model worker wait for each other's next "
+                   "message between steps: yield (vLLM's own spin, sched_yield in a loop) or "
+                   "sleep (the same loop with 50 us sleeps, which no other task on the core can "
+                   "starve; edgeserve.engine_wait) (default: chosen from the machine, said at "
+                   "start: sleep on vLLM's CPU build, yield on a GPU host)")
     g.add_argument("--frontend-torch-threads", type=int, metavar="N",
                    help="torch intra-op threads of the frontend process, where vLLM's image "
                    "processor normalizes and patchifies each image; more threads contend with the "

@@ -20,12 +20,14 @@ import pytest
 from edgeserve.auto_defaults import (
     choose_dtype,
     choose_encoder,
+    choose_engine_wait,
     choose_render_threads,
     model_dtype,
     resolve,
 )
 from edgeserve.config import EncoderKind, EngineOptions, ServeConfig, default_workers
 from edgeserve.engine_memory import KVGeometry
+from edgeserve.engine_wait import EngineWait
 from edgeserve.hardware import Hardware, Platform
 
 AVX2 = frozenset({"avx", "avx2", "fma"})
@@ -100,11 +102,12 @@ def test_resolve_on_avx2_chooses_float32_and_the_workers_encoder(tiny_model_dir:
 
 def test_resolve_keeps_what_was_given(tiny_model_dir: Path) -> None:
     cfg = ServeConfig(model=str(tiny_model_dir), encoder=EncoderKind.NONE, workers=3,
-                      engine=EngineOptions(dtype="bfloat16"), frontend_render_threads=2)
+                      engine=EngineOptions(dtype="bfloat16"), frontend_render_threads=2,
+                      engine_wait=EngineWait.YIELD)
     got, lines = resolve(cfg, cpu(AVX2))
     assert (got.engine.dtype, got.encoder, got.workers) == ("bfloat16", EncoderKind.NONE, 3)
-    assert got.frontend_render_threads == 2
-    assert lines[1:] == ["dtype bfloat16 (--dtype)"]
+    assert got.frontend_render_threads == 2 and got.engine_wait is EngineWait.YIELD
+    assert lines[1:] == ["dtype bfloat16 (--dtype)", "engine wait yield (--engine-wait)"]
 
 
 def test_resolve_without_an_export_falls_back_in_one_line(tiny_model_dir: Path,
@@ -113,7 +116,7 @@ def test_resolve_without_an_export_falls_back_in_one_line(tiny_model_dir: Path,
     shutil.copytree(tiny_model_dir, model, ignore=shutil.ignore_patterns("onnx"))
     got, lines = resolve(ServeConfig(model=str(model)), cpu(AVX512_BF16))
     assert got.encoder is EncoderKind.NONE and got.workers == default_workers()
-    assert len(lines) == 4 and lines[2].startswith("encoder none: vLLM's tower inside the engine")
+    assert len(lines) == 5 and lines[2].startswith("encoder none: vLLM's tower inside the engine")
     assert "encoder.onnx" in lines[2]
 
 
@@ -147,3 +150,23 @@ def test_a_kept_processor_cache_keeps_one_render_thread(tiny_model_dir: Path) ->
     assert lines[-1].startswith("frontend render threads 1: the multimodal processor cache")
     got, lines = resolve(ServeConfig(model=str(tiny_model_dir)), gpu)
     assert got.frontend_render_threads == 4 and lines[-1].startswith("frontend render threads 4")
+
+
+@pytest.mark.parametrize("flags", [AVX2, AVX512_BF16, AMX])
+@pytest.mark.parametrize("cores", [2, 64])
+def test_the_engine_sleeps_instead_of_spinning_on_the_cpu_build(flags: frozenset[str],
+                                                                 cores: int) -> None:
+    choice = choose_engine_wait(cpu(flags, cores))
+    assert choice.value == "sleep" and "sched_yield" in choice.reason
+
+
+def test_a_gpu_host_keeps_vllms_spin() -> None:
+    gpu = Hardware(cpu_flags=AVX2, cores=16, platform=Platform.GPU)
+    assert choose_engine_wait(gpu).value == "yield"
+
+
+def test_resolve_says_how_the_engine_waits(tiny_model_dir: Path) -> None:
+    got, lines = resolve(ServeConfig(model=str(tiny_model_dir)), cpu(AVX2))
+    assert got.engine_wait is EngineWait.SLEEP
+    line = next(x for x in lines if x.startswith("engine wait "))
+    assert line.startswith("engine wait sleep: ") and line.endswith("(override: --engine-wait)")

@@ -104,7 +104,7 @@ def this_machines_dtype() -> str:
     return "bfloat16" if detect(Platform.CPU).bf16_feature else "float32"
 
 
-def test_the_default_server_states_its_dtype_encoder_and_render_choices_with_their_reasons(
+def test_the_default_server_states_its_dtype_encoder_render_and_wait_choices_with_reasons(
     default_server: ServerProcess, tiny_model_dir: Path,
 ) -> None:
     lines = [x.removeprefix("edgeserve serve: ")
@@ -123,6 +123,11 @@ def test_the_default_server_states_its_dtype_encoder_and_render_choices_with_the
     render = next(x for x in lines if x.startswith("frontend render threads "))
     assert render.startswith("frontend render threads 1: vLLM's CPU build")
     assert any(x.startswith("multimodal processor cache capped at ") for x in lines)
+    # vLLM's CPU build: its engine processes sleep between messages instead of spinning, and the
+    # plugin that makes them is installed (no line saying it will not load)
+    wait = next(x for x in lines if x.startswith("engine wait "))
+    assert wait.startswith("engine wait sleep: 50 us sleeps instead of vLLM's sched_yield spin")
+    assert not any("will not load edgeserve's plugin" in x for x in lines)
     ready = next(x for x in lines if x.startswith("ready on "))
     assert f"workers={default_workers(encoder_on_cpu=True)}" in ready
 
