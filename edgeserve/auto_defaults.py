@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgeserve.config import EncoderKind, PreprocMode, ServeConfig
+from edgeserve.engine_memory import LINEAR_ATTENTION
 from edgeserve.engine_wait import EngineWait
 from edgeserve.hardware import Hardware, Platform
 
@@ -68,10 +69,27 @@ def model_dtype(model_dir: str | Path) -> str:
     return str(name).removeprefix("torch.")
 
 
-def choose_dtype(hw: Hardware, checkpoint_dtype: str) -> Choice:
-    """The engine's dtype on ``hw`` for a checkpoint stored in ``checkpoint_dtype``."""
+def has_linear_attention(model_dir: str | Path) -> bool:
+    """Whether the checkpoint has linear-attention (gated delta net) layers, as Qwen3.5's."""
+    try:
+        cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    text = cfg.get("text_config") or cfg
+    return LINEAR_ATTENTION in (text.get("layer_types") or []) or (
+        "full_attention_interval" in text)
+
+
+def choose_dtype(hw: Hardware, checkpoint_dtype: str, *, linear_attention: bool = False
+                 ) -> Choice:
+    """The engine's dtype on ``hw`` for a checkpoint stored in ``checkpoint_dtype``;
+    ``linear_attention``: the model has gated-delta-net layers, which vLLM's CPU build runs in
+    bfloat16 only."""
     if hw.platform is Platform.GPU:
         return Choice(checkpoint_dtype, "the model's own dtype on a GPU")
+    if linear_attention:
+        return Choice("bfloat16", "vLLM's CPU build runs the model's linear-attention (gated "
+                      "delta net) layers in bfloat16 only")
     feature = hw.bf16_feature
     if feature is not None:
         return Choice("bfloat16", f"vLLM's CPU build on a CPU with {feature}: native bfloat16")
@@ -155,7 +173,8 @@ def resolve(cfg: ServeConfig, hw: Hardware) -> tuple[ServeConfig, list[str]]:
     lines = [f"machine: {hw.describe()}"]
     opts = cfg.engine
     if opts.dtype is None:
-        choice = choose_dtype(hw, model_dtype(cfg.model))
+        choice = choose_dtype(hw, model_dtype(cfg.model),
+                              linear_attention=has_linear_attention(cfg.model))
         cfg = cfg.replace(engine=opts.replace(dtype=choice.value))
         lines.append(f"dtype {choice.value}: {choice.reason} (override: --dtype)")
     else:

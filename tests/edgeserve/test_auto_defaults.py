@@ -22,6 +22,7 @@ from edgeserve.auto_defaults import (
     choose_encoder,
     choose_engine_wait,
     choose_render_threads,
+    has_linear_attention,
     model_dtype,
     resolve,
 )
@@ -170,3 +171,20 @@ def test_resolve_says_how_the_engine_waits(tiny_model_dir: Path) -> None:
     assert got.engine_wait is EngineWait.SLEEP
     line = next(x for x in lines if x.startswith("engine wait "))
     assert line.startswith("engine wait sleep: ") and line.endswith("(override: --engine-wait)")
+
+
+@pytest.mark.parametrize("flags", [AVX2, AVX512_BF16])
+def test_linear_attention_models_keep_bfloat16_on_the_cpu_build(flags: frozenset[str]) -> None:
+    """vLLM's CPU build refuses Qwen3.5's gated-delta-net layers in float32 ("CPU GDN attention
+    requires BF16"): such a model keeps bfloat16 even on a CPU without it natively."""
+    choice = choose_dtype(cpu(flags), "bfloat16", linear_attention=True)
+    assert choice.value == "bfloat16" and "linear-attention" in choice.reason
+
+
+def test_linear_attention_is_read_from_the_checkpoint(tiny_model_dir: Path, tmp_path: Path) -> None:
+    import json
+
+    assert not has_linear_attention(tiny_model_dir)
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"text_config": {"layer_types": ["linear_attention", "full_attention"]}}))
+    assert has_linear_attention(tmp_path)
