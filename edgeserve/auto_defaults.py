@@ -7,7 +7,8 @@ Both were first tuned on whatever CPU was at hand, and both turned out to depend
   it. Measured on 2-core EPYCs, an engine step carrying an image: AVX2 only (Zen 2) 1159 ms in
   bfloat16 against 465 ms in float32 (2.5×); AVX512-BF16 (Zen 4) within 7 % of each other. So on
   vLLM's CPU build: bfloat16 where the CPU has it natively, float32 otherwise; on a GPU the
-  model's own dtype. ``--dtype`` overrides.
+  model's own dtype. A model with linear-attention (gated delta net) layers, as Qwen3.5's, keeps
+  bfloat16 on the CPU build, which runs them in nothing else. ``--dtype`` overrides.
 * **Vision encoder.** On vLLM's CPU build the tower inside the engine stalls every step that
   carries an image, so streaming stalls with it: on the Zen 4, ITL p99 269 ms with the tower in
   the engine against 7 ms with the exported tower on ONNX Runtime in the preprocessing workers
