@@ -96,6 +96,7 @@ class GpuCompareConfig:
     rates_rps: tuple[float, ...] = GPU_RATES_RPS
     duration_s: float = 15.0
     output_len: str = "32-64"
+    sizes: str = "12mp"  # the photos' size mix (edgeserve bench --sizes); 12 MP by default
     warmup_requests: int = 2
     api_servers: int = 4  # vllm-best's --api-server-count
     # and its renderer threads per API server (vLLM's --renderer-num-workers; more than one
@@ -175,7 +176,7 @@ class GpuCompareConfig:
 
 
 def workload(cfg: GpuCompareConfig) -> WorkloadConfig:
-    return WorkloadConfig(model=SERVED_NAME, sizes="12mp", output_len=cfg.output_len)
+    return WorkloadConfig(model=SERVED_NAME, sizes=cfg.sizes, output_len=cfg.output_len)
 
 
 def _prepare_chunk(args: tuple[WorkloadConfig, int, int]) -> list[PreparedRequest]:
@@ -186,7 +187,8 @@ def _prepare_chunk(args: tuple[WorkloadConfig, int, int]) -> list[PreparedReques
 def bodies(cfg: GpuCompareConfig, rate_index: int, n: int) -> list[PreparedRequest]:
     """The ``n`` requests of rate ``rate_index`` (the same for every server), built in parallel
     once and kept under ``cfg.bodies``."""
-    path = cfg.bodies / f"{cfg.output_len}-{rate_index}-{n}.pkl"
+    mix = cfg.sizes.replace(":", "w").replace(",", "+")
+    path = cfg.bodies / f"{mix}-{cfg.output_len}-{rate_index}-{n}.pkl"
     if path.exists():
         out: list[PreparedRequest] = pickle.loads(path.read_bytes())
         return out
@@ -323,7 +325,8 @@ def merge(cfg: GpuCompareConfig, device: str) -> dict[str, Any]:
     out = {
         "model": cfg.model.name, "device": device, "image_tokens": cfg.image_tokens,
         "date": datetime.now(UTC).strftime("%Y-%m-%d"), "smoke": cfg.smoke,
-        "images": "12 MP (4000x3000) JPEG photos, unique per request",
+        "images": ("12 MP (4000x3000)" if cfg.sizes == "12mp" else cfg.sizes)
+        + " JPEG photos, unique per request",
         "arrivals": f"Poisson, {cfg.duration_s:g} s per rate", "output_len": cfg.output_len,
         "servers": {name: server_summary(sw) for name, sw in sweeps.items()},
         "commands": commands,
@@ -380,6 +383,11 @@ def config_from_args(argv: list[str] | None = None) -> GpuCompareConfig:
     p.add_argument("--render-threads", type=int, default=4,
                    help="vllm-best's --renderer-num-workers per API server (1: vLLM's default, "
                         "with its processor cache; more turn the cache off)")
+    p.add_argument("--sizes", default="12mp",
+                   help="the photos' sizes with weights, as edgeserve bench --sizes "
+                        "(e.g. 1280x720:2,800x600:1; default 12mp)")
+    p.add_argument("--output-len", default=None,
+                   help="output tokens per request, N or LO-HI (default 32-64; 8-16 with --smoke)")
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--parts", type=Path, default=Path("/tmp/edgeserve_gpu_compare"))
     p.add_argument("--smoke", action="store_true",
@@ -405,7 +413,8 @@ def config_from_args(argv: list[str] | None = None) -> GpuCompareConfig:
             duration_s=a.duration or (6.0 if a.smoke else 15.0), api_servers=a.api_servers,
             render_threads=a.render_threads,
             out=out, parts=a.parts, smoke=a.smoke, max_num_seqs=16 if a.smoke else 64,
-            output_len="8-16" if a.smoke else "32-64", warmup_requests=1 if a.smoke else 2,
+            output_len=a.output_len or ("8-16" if a.smoke else "32-64"), sizes=a.sizes,
+            warmup_requests=1 if a.smoke else 2,
             bodies=a.parts / "bodies")
     except ValueError as e:
         p.error(str(e))

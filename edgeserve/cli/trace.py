@@ -4,6 +4,8 @@
   engine steps, stalls; one async track per request) for https://ui.perfetto.dev.
 * ``edgeserve trace summary FILE`` prints request outcomes, latency percentiles, engine busy
   time and stall time.
+* ``edgeserve trace split FILE --out-dir DIR`` writes each run of a trace (the stretches between
+  idle gaps: one load of a rate sweep each) as a trace of its own, for ``calibrate validate``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,18 @@ def add_parser(subparsers: argparse._SubParsersAction, help_: str) -> None:
                        "engine busy seconds and stall seconds.")
     s.add_argument("file", metavar="FILE")
     s.set_defaults(func=run_summary)
+    sp = sub.add_parser("split", help="one trace per run (the loads of a rate sweep)",
+                        description="Split a trace at idle gaps (no request in flight for "
+                        "--idle-s) into one trace per run, each with the headers, its requests, "
+                        "engine steps and samples; runs with fewer than --min-requests requests "
+                        "(a warm-up) are left out. Writes DIR/STEM.runK.jsonl.")
+    sp.add_argument("file", metavar="FILE")
+    sp.add_argument("--out-dir", required=True, metavar="DIR")
+    sp.add_argument("--idle-s", type=float, default=2.0,
+                    help="a gap with no request in flight this long ends a run (default 2)")
+    sp.add_argument("--min-requests", type=int, default=20,
+                    help="leave out runs with fewer requests (default 20)")
+    sp.set_defaults(func=run_split)
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -43,6 +57,27 @@ def run_export(args: argparse.Namespace) -> int:
         print(f"edgeserve trace export: {e}", file=sys.stderr)
         return 1
     print(f"wrote {n} events to {out} (open it at https://ui.perfetto.dev)")
+    return 0
+
+
+def run_split(args: argparse.Namespace) -> int:
+    from edgeserve.records import TraceError
+    from edgeserve.trace_split import split_trace
+
+    try:
+        pieces = split_trace(args.file, args.out_dir, idle_s=args.idle_s,
+                             min_requests=args.min_requests)
+    except (OSError, TraceError, ValueError) as e:
+        print(f"edgeserve trace split: {e}", file=sys.stderr)
+        return 1
+    if not pieces:
+        print(f"edgeserve trace split: no run of at least {args.min_requests} requests in "
+              f"{args.file}", file=sys.stderr)
+        return 1
+    for path, run in pieces:
+        span = run.end_s - run.start_s
+        print(f"{path}: {run.requests} requests over {span:.1f} s "
+              f"(t {run.start_s:.1f} … {run.end_s:.1f} s)")
     return 0
 
 

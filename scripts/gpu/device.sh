@@ -14,7 +14,9 @@
 #                                          run benchmarks/tp_layouts.py for STEPS (allreduce,
 #                                          2xTP1, 1xTP2; default all), copy results and logs
 # Settings (environment): SHAPE (qwen2-vl-2b), TOKENS (1280), RATES, DURATION, API_SERVERS,
-# RENDER_THREADS (4, vllm-best's --renderer-num-workers), BUDGET (150), IMAGE_RATE (8).
+# RENDER_THREADS (4, vllm-best's --renderer-num-workers), BUDGET (150), IMAGE_RATE (8); for
+# `run`, SIZES (the photos' size mix, default 12mp) and OUTPUT_LEN (32-64) with TAG naming the
+# workload (its parts, results and archive are kept apart from the default workload's).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 STAGE=/tmp/edgeserve_wheels SITE=/tmp/edgeserve_site PARTS=/tmp/edgeserve_gpu_compare
@@ -100,7 +102,7 @@ calibrate)
         --model "$MODEL" --max-num-seqs 64 --max-pixels "$pixels" --budget-s "${BUDGET:-150}" \
         --image-rate "${IMAGE_RATE:-8}" 2>&1 | tee "$CAL/record.log" || rc=$?
     kill -TERM $server; wait $server || true
-    tar czf "$OUT/calibrate-$SHAPE-${TOKENS:-1280}tok.tgz" -C "$CAL" .
+    tar czf "$OUT/calibrate-$SHAPE-${TOKENS:-1280}tok${TAG:+-$TAG}.tgz" -C "$CAL" .
     echo "done in $(( $(date +%s) - t0 )) s, rc $rc"
     exit $rc
     ;;
@@ -109,16 +111,19 @@ run)
     install_once
     SHAPE=${SHAPE:-qwen2-vl-2b}
     model_folder "$SHAPE"
+    [[ -n "${TAG:-}" ]] && PARTS="${PARTS}_$TAG"
     args=(--model "$MODEL" --image-tokens "${TOKENS:-1280}" --parts "$PARTS"
-          --out "$OUT/gpu_compare.json" --api-servers "${API_SERVERS:-4}"
+          --out "$OUT/gpu_compare${TAG:+_$TAG}.json" --api-servers "${API_SERVERS:-4}"
           --render-threads "${RENDER_THREADS:-4}")
     [[ -n "${2:-}" ]] && args+=(--servers "$2")
+    [[ -n "${SIZES:-}" ]] && args+=(--sizes "$SIZES")
+    [[ -n "${OUTPUT_LEN:-}" ]] && args+=(--output-len "$OUTPUT_LEN")
     [[ -n "${RATES:-}" ]] && args+=(--rates "$RATES")
     [[ -n "${DURATION:-}" ]] && args+=(--duration "$DURATION")
     rc=0
-    $PY benchmarks/gpu_compare.py "${args[@]}" 2>&1 | tee "$OUT/gpu_compare.log" || rc=$?
+    $PY benchmarks/gpu_compare.py "${args[@]}" 2>&1 | tee "$OUT/gpu_compare${TAG:+_$TAG}.log" || rc=$?
     budget="$PARTS/$SHAPE-${TOKENS:-1280}tok"
-    archive "$budget" "$OUT/run-$SHAPE-${TOKENS:-1280}tok.tgz"
+    archive "$budget" "$OUT/run-$SHAPE-${TOKENS:-1280}tok${TAG:+-$TAG}.tgz"
     echo "done in $(( $(date +%s) - t0 )) s, rc $rc"
     exit $rc
     ;;
