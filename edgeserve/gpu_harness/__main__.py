@@ -71,11 +71,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--python", default="3.12", help="the host's Python major.minor")
     p.add_argument("--out", type=Path, default=Path(".gpu/wheels"),
                    help="chunks and manifest (pack; default .gpu/wheels, git-ignored)")
+    p.add_argument("--chunk-mib", type=int, default=CHUNK_BYTES // 2**20,
+                   help="the most a chunk holds, MiB (default %(default)s: 64 MiB carried per "
+                        "run, less the working tree that travels with it)")
     p.add_argument("--record", type=Path, default=None,
                    help="also write the wheel metadata consulted to this JSON file")
     p.add_argument("--from-record", type=Path, default=None,
                    help="resolve from a recorded metadata table instead of asking pip")
     args = p.parse_args(argv)
+    if not 1 <= args.chunk_mib <= 63:
+        p.error(f"--chunk-mib must be 1 … 63, got {args.chunk_mib}")
     if not args.pip_list.exists():
         print(f"edgeserve gpu_harness: no file {args.pip_list}", file=sys.stderr)
         return 2
@@ -91,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if plan.conflicts else 0
     with tempfile.TemporaryDirectory() as tmp:
         wheels = download(list(plan.carry.values()), env, Path(tmp))
-        manifest = write_chunks(wheels, args.out, CHUNK_BYTES,
+        manifest = write_chunks(wheels, args.out, args.chunk_mib * 2**20,
                                 meta={"vllm": args.vllm, "python": args.python,
                                       "plan": plan.as_dict()})
     total = sum(int(w["bytes"]) for w in manifest["wheels"].values())
