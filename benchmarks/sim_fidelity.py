@@ -132,6 +132,10 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=Path("results/sim_fidelity"))
     p.add_argument("--repeats", type=int, default=2,
                    help="fresh-server runs of each kind, pooled (the calibration kind: at least 2)")
+    p.add_argument("--calib-repeats", type=int, default=None,
+                   help="fresh-server runs of the calibration kind (default: --repeats, at least "
+                        "2); more servers measure the server-to-server level better, and the "
+                        "prediction intervals narrow with them")
     p.add_argument("--seeds", type=int, default=20,
                    help="simulated replays pooled per trace; also the seeds of the simulator's "
                         "spread of each figure (20: a 95 %% range)")
@@ -153,12 +157,13 @@ def main() -> int:
     # 11), so calib-1 against calib-2 shows how far the runtime moves between identical runs
     # (the floor under any simulator's error); held-out repeats draw other arrivals
     reps = max(1, args.repeats)
+    calib_reps = max(2, args.calib_repeats or reps)
     # (interleaved, calib-1, low-1, high-1, calib-2, …, so a drift of the machine spreads over all)
     runs: dict[str, tuple[str, float, int, str]] = {}
     generated = generated_kinds(args.generated_seed, args.generated)
-    for i in range(1, max(2, reps) + 1):
+    for i in range(1, max(calib_reps, reps) + 1):
         for kind, mix, load, n, olen in (
-                ("calib", args.calib_mix, args.calib_load, max(2, reps), "16"),
+                ("calib", args.calib_mix, args.calib_load, calib_reps, "16"),
                 ("low", args.low_mix, args.low_load, reps, "16"),
                 ("high", args.high_mix, args.high_load, reps, "16"),
                 *((g, m, ld, reps, o) for g, (m, ld, o) in generated.items())):
@@ -195,7 +200,8 @@ def main() -> int:
     profile = to_profile(cal, None, "fidelity-calib", [str(t) for t in groups["calib"]])
     (out / "calib-profile.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
     report: dict[str, Any] = {"capacity_rps": capacity, "offered_rps": offered,
-                              "repeats": reps, "generated": generated, "runs": {}}
+                              "repeats": reps, "calib_repeats": calib_reps,
+                              "generated": generated, "runs": {}}
     held: list[bool] = []  # per held-out latency target: the measured figure inside its interval
     for name, traces in groups.items():
         v = validate_runs(profile, traces, profile_name="fidelity-calib", seeds=args.seeds)
