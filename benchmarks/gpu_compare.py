@@ -69,6 +69,7 @@ from edgeserve.bench.sweep import (  # noqa: E402
 from edgeserve.bench.workload import (  # noqa: E402
     PreparedRequest,
     WorkloadConfig,
+    parse_size_mix,
     prepare_requests,
 )
 
@@ -123,6 +124,7 @@ class GpuCompareConfig:
             raise ValueError("image tokens must be >= 4")
         if list(self.rates_rps) != sorted(self.rates_rps) or min(self.rates_rps) <= 0:
             raise ValueError(f"rates must be positive and increasing, got {self.rates_rps}")
+        parse_size_mix(self.sizes)  # a bad mix is refused before any server starts
         if self.duration_s <= 0 or self.api_servers < 1 or self.render_threads < 1:
             raise ValueError("the duration must be > 0 s, the API server count and the render "
                              "threads >= 1")
