@@ -45,7 +45,8 @@ formula):
 - ``encoder_tokens_cross``: ``encoder_tokens² − encoder_tokens_sq``, zero for a step with one
   image — vLLM's CPU tower attends image by image, yet a step encoding two images takes longer
   than the two images' single-image costs, so the excess of a multi-image step is its own term
-  (the measurements: docs/sim.md, "vLLM V1 step engine").
+  (the measurements: docs/sim.md, "vLLM V1 step engine"); the calibrator fits it only for vLLM's
+  CPU build.
 - ``prefill_x_context``: the step's prompt tokens times the context the others hold
   (``context_tokens − prefill_tokens``). vLLM's CPU backend attends a prefill over the whole
   batch's keys, so a prefill beside decoders costs more the more context they hold, while a

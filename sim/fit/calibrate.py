@@ -138,8 +138,12 @@ def calibrate_traces(data: TraceData) -> Calibration:
     window = (STEP_WINDOW if cal.engine.get("step_timing") == StepTiming.OUTPUT_INTERVAL.value
               else 1)
     # a prefill beside decoders costs more with their context only on vLLM's CPU backend, which
-    # attends it over the whole batch's keys (STEP_FEATURES); a GPU's attention does not
-    cpu_terms = frozenset() if on_cpu else frozenset({"prefill_x_context"})
+    # attends it over the whole batch's keys, and a step of several images more than their
+    # single-image costs only in its CPU tower (STEP_FEATURES); a GPU's varlen attention does
+    # neither, and the cross term, fitted from the few multi-image steps of a calibration at 8
+    # images/s, priced six 1271-token images in one step at 0.5 s on an H100
+    cpu_terms = (frozenset() if on_cpu
+                 else frozenset({"prefill_x_context", "encoder_tokens_cross"}))
     cal.step = fit_steps(fitted, kv, sizes, embeds, exclude=cpu_terms, window=window)
     # each model bootstrapped over its rows; terms the data do not identify dropped (identify)
     models = {"step": identify_step(cal, fitted, kv, sizes, embeds, run_of, window=window,

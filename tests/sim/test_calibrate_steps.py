@@ -291,3 +291,38 @@ def test_a_gpu_trace_fits_its_steps_in_windows_without_the_cpu_backends_terms() 
     assert cal.drift_sd == 0.0
     # fitted on the means of 8 consecutive steps: one row per window
     assert cal.step.n <= len(steps) // 8
+
+
+@pytest.mark.parametrize("platform", ["cpu", "gpu"])
+def test_the_multi_image_cross_term_is_fitted_only_for_vllms_cpu_tower(platform: str) -> None:
+    # the same steps, a step of two images costing more than the two alone: vLLM's CPU tower
+    # does that and the term is fitted; a GPU's varlen attention encodes each image apart (two
+    # 1,250-token images in one step took 78.5 ms on an H100 against 2 × 35.8 ms alone), so on a
+    # GPU the term is not fitted, and no few multi-image steps of a calibration can price a step
+    # of six images at half a second
+    from sim.fit.traces import TraceData
+
+    rng = np.random.default_rng(4)
+    steps, t = [], 0.0
+    for _ in range(2400):
+        images = [int(x) for x in rng.choice([300, 900], size=int(rng.integers(0, 3)))]
+        enc, sq = sum(images), sum(x * x for x in images)
+        prefill, decode = enc + int(rng.integers(1, 200)), int(rng.integers(0, 17))
+        d = (0.004 + 2e-5 * prefill + 3e-4 * decode + 6e-8 * sq + 2e-8 * (enc * enc - sq))
+        t += d
+        steps.append(EngineStep(t_s=t, duration_s=d, prefill_tokens=prefill, prefill_requests=1,
+                                decode_tokens=decode, decode_requests=decode, encoder_tokens=enc))
+    records = [RequestRecord(id=f"r{i}", arrived_s=float(i), num_images=1, image_tokens=n,
+                             prompt_tokens=n + 20, output_tokens=4, first_token_s=i + 0.1,
+                             finished_s=i + 0.2, last_token_s=i + 0.2)
+               for i, n in enumerate([300, 900] * 10)]
+    engine = {"platform": platform, "kv_cache_tokens": KV_TOKENS, "max_num_seqs": 64,
+              "max_num_batched_tokens": 8192, "block_size": 16}
+    cal = calibrate_traces(TraceData(records=records, steps=steps, meta={"engine": engine},
+                                     runs=[(0, len(steps))], record_runs=[(0, len(records))]))
+    assert cal.step is not None
+    cross = cal.step.per.get("encoder_tokens_cross", 0.0)
+    if platform == "cpu":
+        assert cross == pytest.approx(2e-8, rel=0.05)
+    else:
+        assert cross == 0.0
