@@ -46,12 +46,13 @@ class ServerProcess:
 
     @classmethod
     def edgeserve(cls, args: Sequence[str], log_path: Path, *, port: int | None = None,
-                  env: Mapping[str, str] | None = None) -> ServerProcess:
-        """``edgeserve serve ARGS`` with this interpreter, on ``port`` (default: a free one)."""
+                  env: Mapping[str, str] | None = None, cores: str = "") -> ServerProcess:
+        """``edgeserve serve ARGS`` with this interpreter, on ``port`` (default: a free one),
+        pinned to ``cores`` (taskset's list; default: not pinned)."""
         port = free_port() if port is None else port
         argv = [sys.executable, "-m", "edgeserve", "serve", "--port", str(port), *args]
         return cls(argv, log_path, port=port, env={"PYTHONUNBUFFERED": "1", **(env or {})},
-                   ready_path="/health")
+                   ready_path="/health", cores=cores)
 
     @property
     def url(self) -> str:
