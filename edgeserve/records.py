@@ -312,6 +312,9 @@ class EngineStep(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False, tag
     running: int = 0  # the scheduler's running set after the step
     waiting: int = 0
     kv_cache_usage: float = 0.0  # fraction of KV blocks in use
+    # image requests handed to the engine while this step ran: the runtime does not write it, the
+    # calibrator counts it from the request records (sim.fit.step_fit.image_arrivals)
+    image_arrivals: int = 0
 
 
 TraceItem = (TraceHeader | RequestRecord | ResourceSample | DeviceSample | EngineStep

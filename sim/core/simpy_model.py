@@ -109,7 +109,9 @@ def check_supported(scenario: Scenario) -> None:
                               "thermal.governor"),
                              (step is not None and step.drift_sd > 0, "llm.step.drift_sd"),
                              (step is not None and step.cold_shape_factor > 0,
-                              "llm.step.cold_shape_factor")):
+                              "llm.step.cold_shape_factor"),
+                             (step is not None and step.per.get("image_arrivals", 0.0) > 0,
+                              "llm.step.per.image_arrivals")):
             if asked:
                 need = "is required" if field == "llm.step" else "is not modelled"
                 _refuse(f"{where}.{field}", f"{need} (profile {p.name!r})")

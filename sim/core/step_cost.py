@@ -7,6 +7,7 @@ At clock scale 1 a step takes::
            + per[encoder_tokens_sq]·encoder_tokens_sq
            + per[encoder_tokens_cross]·(encoder_tokens² − encoder_tokens_sq)
            + per[prefill_x_context]·prefill_tokens·max(0, context_tokens − prefill_tokens)
+           + per[image_arrivals]·image_arrivals
 
 (the features are explained in :mod:`sim.core.step_engine`). The step engine prices its steps
 and its latency estimates with :meth:`StepCost.seconds`; the calibrator predicts recorded steps
@@ -23,7 +24,7 @@ class StepCost:
     :class:`~sim.scenario.profiles.StepTimeModel` or a fit), a missing feature costing 0."""
 
     __slots__ = ("base_s", "context", "decode", "encoder", "encoder_cross", "encoder_sq",
-                 "prefill", "prefill_x_context")
+                 "image_arrival", "prefill", "prefill_x_context")
 
     def __init__(self, base_s: float, per: Mapping[str, float]) -> None:
         self.base_s: float = base_s
@@ -34,10 +35,14 @@ class StepCost:
         self.encoder_sq: float = per.get("encoder_tokens_sq", 0.0)
         self.encoder_cross: float = per.get("encoder_tokens_cross", 0.0)
         self.prefill_x_context: float = per.get("prefill_x_context", 0.0)
+        self.image_arrival: float = per.get("image_arrivals", 0.0)
 
     def seconds(self, prefill_tokens: float, decode_tokens: float, context_tokens: float,
-                encoder_tokens: float = 0.0, encoder_tokens_sq: float = 0.0) -> float:
-        """A step's time at clock scale 1 (no cold shapes, drift or noise)."""
+                encoder_tokens: float = 0.0, encoder_tokens_sq: float = 0.0,
+                image_arrivals: float = 0.0) -> float:
+        """A step's time at clock scale 1 (no cold shapes, drift or noise); ``image_arrivals``:
+        image requests handed to the engine while it runs (the step engine adds their time as
+        they arrive, :meth:`StepEngine.submit`)."""
         others = context_tokens - prefill_tokens  # the context the step's other requests hold
         if others < 0.0:
             others = 0.0
@@ -45,4 +50,5 @@ class StepCost:
                 + self.context * context_tokens + self.encoder * encoder_tokens
                 + self.encoder_sq * encoder_tokens_sq
                 + self.encoder_cross * (encoder_tokens * encoder_tokens - encoder_tokens_sq)
-                + self.prefill_x_context * prefill_tokens * others)
+                + self.prefill_x_context * prefill_tokens * others
+                + self.image_arrival * image_arrivals)

@@ -47,6 +47,10 @@ formula):
   than the two images' single-image costs, so the excess of a multi-image step is its own term
   (the measurements: docs/sim.md, "vLLM V1 step engine"); the calibrator fits it only for vLLM's
   CPU build.
+- ``image_arrivals``: image requests handed to the engine while the step runs (vLLM takes each
+  in on its CPU beside the step loop; on a GPU that lengthens the step it overlaps). It is not
+  known when the step starts, so :meth:`StepEngine.submit` adds it as the request arrives: the
+  running step ends later, or the next step is longer when none runs.
 - ``prefill_x_context``: the step's prompt tokens times the context the others hold
   (``context_tokens − prefill_tokens``). vLLM's CPU backend attends a prefill over the whole
   batch's keys, so a prefill beside decoders costs more the more context they hold, while a
@@ -120,6 +124,7 @@ class StepEngine(Engine):
     """A vLLM V1-style engine for a device or a cloud replica; see the module docstring."""
 
     __slots__ = (
+        "_arrival_extra_s",
         "_block",
         "_cold_factor",
         "_ctx_decoding",
@@ -129,6 +134,7 @@ class StepEngine(Engine):
         "_drift_t",
         "_drift_tau",
         "_drift_x",
+        "_in_step",
         "_kick_cb",
         "_kv_cap",
         "_noise",
@@ -198,6 +204,9 @@ class StepEngine(Engine):
         self._seq = 0
         self.steps = 0  # steps run (the running one included)
         self.stepping = False  # a step is running or about to start (else the engine is idle)
+        self._in_step = False  # a step is running (its end scheduled)
+        # image requests' intake time that arrived with no step running: the next step's
+        self._arrival_extra_s = 0.0
         self.step_end_s = 0.0
         # every output token's time on its record (``token_times_s``, as the runtime records
         # them), for comparing inter-token latencies with a measured run; off by default: it keeps
@@ -267,6 +276,12 @@ class StepEngine(Engine):
                         f"the KV cache ({self.kv_capacity_tokens} tokens) of {self.name}"
             self.on_done(job)
             return
+        arrival_s = self.cost.image_arrival * self.clock_scale if job.image_tokens else 0.0
+        if arrival_s > 0.0:  # taken in on the engine's CPU beside its steps
+            if self._in_step:
+                self.step_end_s += arrival_s
+            else:
+                self._arrival_extra_s += arrival_s
         self.waiting.append(job)
         self._waiting_tokens += job.prompt_tokens - first_computed(job)
         self._waiting_images += job.image_tokens
@@ -380,6 +395,7 @@ class StepEngine(Engine):
         self._prefilling = still
         if not prefill and not n_dec:  # (an encoded image always brings prompt tokens)
             self.stepping = False
+            self._in_step = False
             if self.busy:
                 self.busy = False
                 if self.on_busy is not None:
@@ -397,7 +413,11 @@ class StepEngine(Engine):
             d *= self._drift(now)
         if self._noisy:
             d = self._noise.draw(d)
+        if self._arrival_extra_s > 0.0:
+            d += self._arrival_extra_s
+            self._arrival_extra_s = 0.0
         self._step_decode = n_dec
+        self._in_step = True
         self.steps += 1
         self.stepping = True
         if not self.busy:

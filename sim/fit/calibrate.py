@@ -142,8 +142,12 @@ def calibrate_traces(data: TraceData) -> Calibration:
     # single-image costs only in its CPU tower (STEP_FEATURES); a GPU's varlen attention does
     # neither, and the cross term, fitted from the few multi-image steps of a calibration at 8
     # images/s, priced six 1271-token images in one step at 0.5 s on an H100
-    cpu_terms = (frozenset() if on_cpu
+    # the image requests taken in during a step (read_traces counts them) lengthen it on a GPU,
+    # where vLLM's CPU-side intake runs beside its step loop; on the CPU backend that is part of
+    # the contention with the workers, fitted apart
+    cpu_terms = (frozenset({"image_arrivals"}) if on_cpu
                  else frozenset({"prefill_x_context", "encoder_tokens_cross"}))
+
     cal.step = fit_steps(fitted, kv, sizes, embeds, exclude=cpu_terms, window=window)
     # each model bootstrapped over its rows; terms the data do not identify dropped (identify)
     models = {"step": identify_step(cal, fitted, kv, sizes, embeds, run_of, window=window,

@@ -6,9 +6,10 @@ import functools
 import itertools
 from collections.abc import Iterable
 
+import msgspec
 import numpy as np
 
-from edgeserve.records import EngineStep
+from edgeserve.records import EngineStep, RequestRecord
 from sim.core.step_cost import StepCost
 from sim.fit.engine_kv import KVCache, context_tokens
 from sim.fit.least_squares import MIN_SAMPLES, StageFit, fit_linear
@@ -68,6 +69,28 @@ def cold_steps(steps: list[EngineStep], runs: list[tuple[int, int]],
     return cold
 
 
+def with_image_arrivals(steps: list[EngineStep], records: Iterable[RequestRecord],
+                        runs: list[tuple[int, int]],
+                        record_runs: list[tuple[int, int]]) -> list[EngineStep]:
+    """``steps`` with ``image_arrivals`` counted: the image requests of the same trace (``runs``
+    and ``record_runs`` pair each trace's steps with its records) handed to the engine
+    (``engine_queued_s``) while the step ran, in ``(t_s − duration_s, t_s]``."""
+    recs = list(records)
+    out = list(steps)
+    for (a, b), (c, d) in zip(runs, record_runs, strict=True):
+        times = np.sort(np.asarray([r.engine_queued_s for r in recs[c:d]
+                                    if r.num_images and r.engine_queued_s is not None], dtype=float))
+        if not len(times):
+            continue
+        for i in range(a, b):
+            s = out[i]
+            n = int(np.searchsorted(times, s.t_s, side="right")
+                    - np.searchsorted(times, s.t_s - s.duration_s, side="right"))
+            if n != s.image_arrivals:
+                out[i] = msgspec.structs.replace(s, image_arrivals=n)
+    return out
+
+
 def step_features(s: EngineStep, kv_cache_tokens: KVCache,
                   image_sizes: tuple[int, ...] = ()) -> tuple[float, ...]:
     """A step's features in :data:`STEP_FEATURES` order (see :func:`encoder_square_sum`)."""
@@ -75,7 +98,8 @@ def step_features(s: EngineStep, kv_cache_tokens: KVCache,
     ctx = context_tokens(s, kv_cache_tokens)
     others = max(0.0, ctx - s.prefill_tokens)
     return (s.prefill_tokens, s.decode_tokens, ctx,
-            s.encoder_tokens, sq, float(s.encoder_tokens) ** 2 - sq, s.prefill_tokens * others)
+            s.encoder_tokens, sq, float(s.encoder_tokens) ** 2 - sq, s.prefill_tokens * others,
+            s.image_arrivals)
 
 
 def step_prediction(fit: StageFit, s: EngineStep, kv_cache_tokens: KVCache,
@@ -84,7 +108,7 @@ def step_prediction(fit: StageFit, s: EngineStep, kv_cache_tokens: KVCache,
     engine prices it (:class:`~sim.core.step_cost.StepCost`)."""
     return StepCost(fit.base_s, fit.per).seconds(
         s.prefill_tokens, s.decode_tokens, context_tokens(s, kv_cache_tokens), s.encoder_tokens,
-        encoder_square_sum(s.encoder_tokens, sizes))
+        encoder_square_sum(s.encoder_tokens, sizes), s.image_arrivals)
 
 
 def step_rows(steps: Iterable[EngineStep], kv_cache_tokens: KVCache = 0,

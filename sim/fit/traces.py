@@ -9,6 +9,7 @@ from typing import Any
 
 from edgeserve.records import EngineStep, RequestRecord, TraceHeader, read_trace
 from edgeserve.step_span import respan
+from sim.fit.step_fit import with_image_arrivals
 
 
 @dataclass(slots=True)
@@ -45,6 +46,10 @@ def read_traces(paths: Iterable[str | Path]) -> TraceData:
                     warm_until_s = float(warmup["end_t_s"])
         if dispatch_timed(data.meta):
             data.steps[first:] = respan(data.steps[first:])
+        # each step's image requests handed to the engine while it ran (a step-model feature)
+        data.steps[first:] = with_image_arrivals(
+            data.steps[first:], data.records[first_record:],
+            [(0, len(data.steps) - first)], [(0, len(data.records) - first_record)])
         data.runs.append((first, len(data.steps)))
         data.record_runs.append((first_record, len(data.records)))
     return data

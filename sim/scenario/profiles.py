@@ -196,6 +196,11 @@ STEP_FEATURES = (
     # no decoder, 305–310 ms beside 12–16 holding 14–19 k tokens; a 221-token one +3 ms), while a
     # decode-only step's time hardly grows with context (1.8–2.2 ms at 1 k or 2 k tokens)
     "prefill_x_context",
+    # image requests handed to the engine while the step runs: vLLM's EngineCore takes each new
+    # request (its pixel tensors) in on the CPU beside its step loop, and on an H100 a step grew by
+    # ~19 ms per image request arriving during it (2026-12-07; docs/sim.md). Priced when the
+    # request arrives, by lengthening the running step (or the next one, when none runs)
+    "image_arrivals",
 )
 
 

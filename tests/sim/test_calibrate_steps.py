@@ -326,3 +326,52 @@ def test_the_multi_image_cross_term_is_fitted_only_for_vllms_cpu_tower(platform:
         assert cross == pytest.approx(2e-8, rel=0.05)
     else:
         assert cross == 0.0
+
+
+def test_image_requests_taken_in_during_a_step_are_counted_and_priced_on_a_gpu() -> None:
+    # steps of 2 ms + 0.1 ms per decoding sequence, each lengthened by 16 ms per image request
+    # handed to the engine while it ran (vLLM's CPU-side intake beside a GPU's step loop); the
+    # calibrator counts the arrivals from the request records and fits their price
+    from sim.fit.step_fit import with_image_arrivals
+    from sim.fit.traces import TraceData
+
+    rng = np.random.default_rng(9)
+    steps, records, t = [], [], 0.0
+    for i in range(4000):
+        dec = int(rng.integers(1, 33))
+        arrivals = int(rng.random() < 0.15) + int(rng.random() < 0.03)
+        d = 0.002 + 1e-4 * dec + 0.016 * arrivals
+        for k in range(arrivals):
+            records.append(RequestRecord(id=f"r{i}-{k}", arrived_s=t, engine_queued_s=t + d * 0.5,
+                                         num_images=1, image_tokens=256))
+        t += d
+        steps.append(EngineStep(t_s=t, duration_s=d, decode_tokens=dec, decode_requests=dec))
+    counted = with_image_arrivals(steps, records, [(0, len(steps))], [(0, len(records))])
+    assert sum(s.image_arrivals for s in counted) == len(records)
+    assert all(s.image_arrivals == round((s.duration_s - 0.002 - 1e-4 * s.decode_tokens) / 0.016)
+               for s in counted)
+    for platform, want in (("gpu", 0.016), ("cpu", 0.0)):
+        engine = {"platform": platform, "kv_cache_tokens": KV_TOKENS, "max_num_seqs": 64,
+                  "max_num_batched_tokens": 8192, "block_size": 16}
+        cal = calibrate_traces(TraceData(records=[], steps=counted, meta={"engine": engine},
+                                         runs=[(0, len(counted))], record_runs=[(0, 0)]))
+        assert cal.step is not None
+        assert cal.step.per.get("image_arrivals", 0.0) == pytest.approx(want, rel=0.02, abs=1e-9)
+
+
+def test_read_traces_counts_each_steps_image_arrivals_from_its_own_trace(tmp_path: Path) -> None:
+    from sim.fit.traces import read_traces
+
+    paths = []
+    for k, queued in enumerate(([1.05, 1.07, 1.5], [1.06])):  # the second trace: another server
+        p = tmp_path / f"t{k}.jsonl"
+        with TraceWriter(p, TraceHeader(producer="edgeserve serve")) as w:
+            for i, q in enumerate(queued):
+                w.write(RequestRecord(id=f"r{i}", arrived_s=q - 0.01, engine_queued_s=q,
+                                      num_images=1, image_tokens=64))
+            w.write(RequestRecord(id="text", arrived_s=1.0, engine_queued_s=1.08))
+            w.write(EngineStep(t_s=1.1, duration_s=0.1, decode_tokens=1))  # (1.0, 1.1]
+            w.write(EngineStep(t_s=1.2, duration_s=0.1, decode_tokens=1))  # (1.1, 1.2]
+        paths.append(p)
+    data = read_traces(paths)
+    assert [s.image_arrivals for s in data.steps] == [2, 0, 1, 0]

@@ -432,3 +432,24 @@ def test_a_prefill_beside_decoders_pays_for_their_context() -> None:
     assert dur == pytest.approx(0.1 + 0.3 + 0.01 + 1e-6 * 300 * held_by_a)
     alone = [s for s in r.steps if s[0] >= 5.0]
     assert alone[0][1] == pytest.approx(0.4)  # c's prefill: nothing else held
+
+
+def test_an_image_request_arriving_mid_step_lengthens_that_step_and_one_arriving_idle_the_next() -> None:
+    # image_arrivals 0.05 s: vLLM's engine takes each image request in on its CPU beside the step
+    # loop (a GPU's steps grew by that per image request arriving during them)
+    m = model(per={**PER, "image_arrivals": 0.05})
+    # "a" arrives at an idle engine: its own first step (0.1 + 0.1 s of prefill) takes the 0.05 s
+    # too; "b" arrives during a's second step (decode, 0.11 s from 0.25), which then ends 0.05 s
+    # later, at 0.41 (the step's record keeps the 0.11 s planned at its start); "c", text only,
+    # arrives during the step b's prefill runs in and costs nothing
+    r = Run([job("a", 0.0, 100, 3, image=64), job("b", 0.3, 100, 2, image=64),
+             job("c", 0.45, 100, 2)], m, encoder_in_step=True).run()
+    assert r.steps[:3] == [(0.0, 0.25, 100, 0, 100, 64), (0.25, 0.11, 0, 1, 101, 0),
+                           (0.41, 0.21, 100, 1, 202, 64)]
+    # the step the arrival fell in ends later: a's second token at 0.25 + 0.11 + 0.05
+    assert r.log[0][:3] == ("a", 0.0, 0.25)
+    assert r.steps[2][0] == pytest.approx(0.41)
+    # without the term the same requests run as before
+    r0 = Run([job("a", 0.0, 100, 3, image=64), job("b", 0.3, 100, 2, image=64),
+              job("c", 0.45, 100, 2)], encoder_in_step=True).run()
+    assert r0.steps[:2] == [(0.0, 0.2, 100, 0, 100, 64), (0.2, 0.11, 0, 1, 101, 0)]
