@@ -15,6 +15,7 @@ requests' spans.
 
 from __future__ import annotations
 
+import bisect
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,7 +80,7 @@ def split_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], *
     files = [out / f"{stem}.run{k}.jsonl" for k in range(1, len(runs) + 1)]
     handles = [open(f, "wb", buffering=1 << 20) for f in files]  # noqa: SIM115
     try:
-        k = 0  # runs and items are both in time order, apart from items a little late
+        starts = [r.start_s for r in runs]
         for item in read_trace(path):
             if isinstance(item, TraceHeader):
                 for h in handles:
@@ -88,21 +89,11 @@ def split_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], *
             t = _time_s(item)
             if t is None:
                 continue
-            idx = _run_of(runs, t, k)
-            if idx is not None:
-                k = idx
-                handles[idx].write(encode(item))
+            i = bisect.bisect_right(starts, t) - 1  # the last run starting at or before t
+            if i >= 0 and t <= runs[i].end_s:
+                handles[i].write(encode(item))
     finally:
         for h in handles:
             h.close()
     return list(zip(files, runs, strict=True))
 
-
-def _run_of(runs: list[RunSpan], t: float, hint: int) -> int | None:
-    """The run whose span holds ``t``, searched from ``hint`` on, then back."""
-    order = [*range(hint, len(runs)), *range(hint - 1, -1, -1)]
-    for i in order:
-        r = runs[i]
-        if r.start_s <= t <= r.end_s:
-            return i
-    return None
