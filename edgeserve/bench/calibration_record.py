@@ -1,7 +1,8 @@
 """Drive a server through a designed calibration schedule (:mod:`edgeserve.bench.calibration_schedule`).
 
 Each phase runs until its time is up: ``concurrency`` text requests kept in flight (each answer
-sends the next), beside open-loop image requests at the phase's rate (Poisson arrivals,
+sends the next; a decode wave sends them together, and the next wave after the last answer),
+beside open-loop image requests at the phase's rate (Poisson arrivals,
 :func:`edgeserve.bench.arrivals.gaps_s`); the fresh-shape phase sends one request per shape, alone,
 each after an idle gap. Requests go through the benchmark client (:func:`send_chat`); image
 bodies are built before the run (a 12 MP JPEG takes a while to encode), text ones as they go.
@@ -132,7 +133,13 @@ class Recorder:
                 sends.append(asyncio.create_task(self._send(session, body, res)))
             await asyncio.gather(*sends)
 
-        tasks = [closed_loop() for _ in range(p.concurrency)]
+        async def waves() -> None:
+            while time.monotonic() < deadline:
+                await asyncio.gather(*(self._send(session, self._text_body(p), res)
+                                       for _ in range(p.concurrency)))
+
+        tasks = ([waves()] if p.kind is PhaseKind.WAVES
+                 else [closed_loop() for _ in range(p.concurrency)])
         if p.image_rate_rps and p.sizes:
             tasks.append(open_loop())
         await asyncio.gather(*tasks)

@@ -20,6 +20,13 @@ long prompts     the same at a quarter of max_num_seqs and at max_num_seqs with 
                  prompts: context per sequence apart from the depth (with one prompt length
                  the context grows in step with the batch, and the fit cannot tell the
                  per-sequence cost from the per-context-token one)
+decode waves     a quarter of max_num_seqs and max_num_seqs requests sent together, all with
+                 one output length, the next wave after the last answer: long runs of
+                 decode-only steps at depth. In the batch ladder a finished request's
+                 successor joins at once, so at depth nearly every step also holds a
+                 prefill, and the decode slope cannot be told from what a prefill adds to
+                 a step (on a GPU, vLLM runs a decode-only batch as one CUDA graph and a
+                 mixed one piecewise)
 contention       a batch of decoders beside a stream of large images (workers busy during
                  steps), then the same batch alone (quiet steps): the contention coefficient
 image mix        Poisson arrivals of every ladder size: the image stages per pixel, the encoder
@@ -46,13 +53,15 @@ from mm_preproc.smart_resize import smart_resize
 LONG_PROMPT_WORDS = 400  # the text prompts phase's longest prompt: within every model's length
 
 SHARES = {  # of the budget, by phase kind (fresh shapes take what their idle gaps need)
-    "text": 0.10, "batch": 0.35, "contention": 0.30, "image_mix": 0.25}
+    "text": 0.10, "batch": 0.28, "waves": 0.07, "contention": 0.30, "image_mix": 0.25}
+WAVE_OUTPUT_TOKENS = 96  # every request of a decode wave: one length, so the wave ends together
 
 
 class PhaseKind(enum.StrEnum):
     FRESH_SHAPES = "fresh_shapes"
     TEXT = "text"
     BATCH = "batch"
+    WAVES = "waves"
     CONTENTION = "contention"
     QUIET = "quiet"
     IMAGE_MIX = "image_mix"
@@ -60,9 +69,10 @@ class PhaseKind(enum.StrEnum):
 
 @dataclass(slots=True, frozen=True)
 class Phase:
-    """One phase: ``concurrency`` text requests kept in flight (closed loop) and/or open-loop
-    image requests at ``image_rate_rps`` of ``sizes`` (or one of each, alone, for fresh shapes),
-    for ``duration_s``."""
+    """One phase: ``concurrency`` text requests kept in flight (closed loop; for decode waves,
+    sent together and again after the last answer) and/or open-loop image requests at
+    ``image_rate_rps`` of ``sizes`` (or one of each, alone, for fresh shapes), for
+    ``duration_s``."""
 
     name: str
     kind: PhaseKind
@@ -178,6 +188,12 @@ def design(cfg: ScheduleConfig) -> Schedule:
                      "the context term apart from the decode term", per_depth, concurrency=c,
                      output_len=long_out, prompt_words=(LONG_PROMPT_WORDS,))
                for c in long_depths]
+    per_wave = rest * SHARES["waves"] / len(long_depths)
+    phases += [Phase(f"decode waves of {c}", PhaseKind.WAVES,
+                     "decode-only steps at depth: the decode slope apart from a prefill's cost",
+                     per_wave, concurrency=c, output_len=str(WAVE_OUTPUT_TOKENS),
+                     prompt_words=(16,))
+               for c in long_depths]
     half = max(1, cfg.max_num_seqs // 2)
     phases += [Phase("contention", PhaseKind.CONTENTION,
                      "steps beside busy preprocessing workers", rest * SHARES["contention"] / 2,
@@ -200,7 +216,9 @@ def format_schedule(s: Schedule) -> str:
     for p in s.phases:
         what = []
         if p.concurrency:
-            what.append(f"{p.concurrency} text request(s) in flight, {p.output_len} tokens"
+            what.append(f"{p.concurrency} text request(s) "
+                        + ("sent together, wave after wave" if p.kind is PhaseKind.WAVES
+                           else "in flight") + f", {p.output_len} tokens"
                         + (f", {p.prompt_words[0]}-word prompts" if len(p.prompt_words) == 1
                            and p.prompt_words[0] >= LONG_PROMPT_WORDS else ""))
         if p.kind is PhaseKind.FRESH_SHAPES:

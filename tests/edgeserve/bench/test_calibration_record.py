@@ -68,6 +68,10 @@ def test_the_schedule_has_every_phase_reaches_max_num_seqs_and_fits_its_budget()
     # the context per sequence varies apart from the depth: two depths again, long prompts
     short = max(w for p in batches[:5] for w in p.prompt_words)
     assert all(min(p.prompt_words) > 3 * short for p in batches[5:])
+    # decode waves: a quarter of max_num_seqs and max_num_seqs, one output length
+    waves = [p for p in s.phases if p.kind is PhaseKind.WAVES]
+    assert [p.concurrency for p in waves] == [3, 12]
+    assert all("-" not in p.output_len and p.image_rate_rps == 0 for p in waves)
     assert s.planned_s == pytest.approx(120, rel=0.01)
     contention = next(p for p in s.phases if p.kind is PhaseKind.CONTENTION)
     quiet = next(p for p in s.phases if p.kind is PhaseKind.QUIET)
