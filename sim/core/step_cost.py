@@ -8,6 +8,7 @@ At clock scale 1 a step takes::
            + per[encoder_tokens_cross]·(encoder_tokens² − encoder_tokens_sq)
            + per[prefill_x_context]·prefill_tokens·max(0, context_tokens − prefill_tokens)
            + per[image_arrivals]·image_arrivals
+           + [prefill_tokens > 0]·(per[prefill_step] + per[decode_beside_prefill]·decode_tokens)
 
 (the features are explained in :mod:`sim.core.step_engine`). The step engine prices its steps
 and its latency estimates with :meth:`StepCost.seconds`; the calibrator predicts recorded steps
@@ -23,8 +24,9 @@ class StepCost:
     """The coefficients of a step model (``base_s`` and ``per`` of a
     :class:`~sim.scenario.profiles.StepTimeModel` or a fit), a missing feature costing 0."""
 
-    __slots__ = ("base_s", "context", "decode", "encoder", "encoder_cross", "encoder_sq",
-                 "image_arrival", "prefill", "prefill_x_context")
+    __slots__ = ("base_s", "context", "decode", "decode_beside_prefill", "encoder",
+                 "encoder_cross", "encoder_sq", "image_arrival", "prefill", "prefill_step",
+                 "prefill_x_context")
 
     def __init__(self, base_s: float, per: Mapping[str, float]) -> None:
         self.base_s: float = base_s
@@ -36,6 +38,13 @@ class StepCost:
         self.encoder_cross: float = per.get("encoder_tokens_cross", 0.0)
         self.prefill_x_context: float = per.get("prefill_x_context", 0.0)
         self.image_arrival: float = per.get("image_arrivals", 0.0)
+        self.prefill_step: float = per.get("prefill_step", 0.0)
+        self.decode_beside_prefill: float = per.get("decode_beside_prefill", 0.0)
+
+    def prefill_extra(self, decode_tokens: float) -> float:
+        """What computing prompt tokens adds to a step beside ``decode_tokens`` decoders, beyond
+        the tokens' own cost (a GPU's piecewise CUDA graph instead of a whole one)."""
+        return self.prefill_step + self.decode_beside_prefill * decode_tokens
 
     def seconds(self, prefill_tokens: float, decode_tokens: float, context_tokens: float,
                 encoder_tokens: float = 0.0, encoder_tokens_sq: float = 0.0,
@@ -46,7 +55,8 @@ class StepCost:
         others = context_tokens - prefill_tokens  # the context the step's other requests hold
         if others < 0.0:
             others = 0.0
-        return (self.base_s + self.prefill * prefill_tokens + self.decode * decode_tokens
+        extra = self.prefill_extra(decode_tokens) if prefill_tokens > 0.0 else 0.0
+        return (extra + self.base_s + self.prefill * prefill_tokens + self.decode * decode_tokens
                 + self.context * context_tokens + self.encoder * encoder_tokens
                 + self.encoder_sq * encoder_tokens_sq
                 + self.encoder_cross * (encoder_tokens * encoder_tokens - encoder_tokens_sq)

@@ -55,6 +55,10 @@ formula):
   (``context_tokens − prefill_tokens``). vLLM's CPU backend attends a prefill over the whole
   batch's keys, so a prefill beside decoders costs more the more context they hold, while a
   decode-only step's time hardly grows with context (docs/sim.md has the measured steps).
+- ``prefill_step`` and ``decode_beside_prefill``: a step that computes prompt tokens costs a
+  fixed amount more, and more per decoder beside it. On a GPU vLLM replays a decode-only batch
+  as one CUDA graph, and runs a batch holding a prefill piecewise, its attention launched
+  eagerly per request; the calibrator fits both only on a GPU.
 
 The step time is stretched by the DVFS ``clock_scale`` in force when the step starts (a step in
 progress keeps its end), by ``stretch(duration)`` when the owner sets it (a device whose engine shares
@@ -245,7 +249,8 @@ class StepEngine(Engine):
         ctx = self._ctx_decoding + job.prompt_tokens
         cost = self.cost
         # the prefill steps: each carries the decoders; the prompt tokens and images once
-        t = n_prefill * cost.seconds(0, decoders, ctx) + cost.prefill * tokens
+        t = n_prefill * (cost.seconds(0, decoders, ctx) + cost.prefill_extra(decoders)) \
+            + cost.prefill * tokens
         if self.encoder_in_step:
             t += cost.encoder * (self._waiting_images + job.image_tokens) + cost.encoder_sq \
                 * (self._waiting_images_sq + job.image_tokens * job.image_tokens)

@@ -72,7 +72,14 @@ from sim.fit.identify import (
 from sim.fit.least_squares import MIN_SAMPLES
 from sim.fit.speed_level import speed_level, worker_level, worker_stages
 from sim.fit.stage_fits import fit_stages, fit_worker_encode, input_processing
-from sim.fit.step_fit import GAP_FEATURES, cold_steps, fit_step_gap, fit_steps
+from sim.fit.step_fit import (
+    CPU_ONLY_TERMS,
+    GAP_FEATURES,
+    GPU_ONLY_TERMS,
+    cold_steps,
+    fit_step_gap,
+    fit_steps,
+)
 from sim.fit.traces import TraceData, image_sizes, worker_encoder
 
 STEP_WINDOW = 8  # steps averaged per row of the step fit when they were timed by output intervals
@@ -145,13 +152,18 @@ def calibrate_traces(data: TraceData) -> Calibration:
     # the image requests taken in during a step (read_traces counts them) lengthen it on a GPU,
     # where vLLM's CPU-side intake runs beside its step loop; on the CPU backend that is part of
     # the contention with the workers, fitted apart
-    cpu_terms = (frozenset({"image_arrivals"}) if on_cpu
-                 else frozenset({"prefill_x_context", "encoder_tokens_cross"}))
+    # a step computing prompt tokens costs more on a GPU, where a decode-only batch is one CUDA
+    # graph and a batch with a prefill runs piecewise (prefill_step, decode_beside_prefill);
+    # without those terms the decode slope took that cost up (9e-5 s per sequence fitted, 1e-5
+    # measured in decode-only windows on an H100)
+    left_out = GPU_ONLY_TERMS if on_cpu else CPU_ONLY_TERMS
+    by_seconds = window > 1  # windows of output-interval steps: least squares on their seconds
 
-    cal.step = fit_steps(fitted, kv, sizes, embeds, exclude=cpu_terms, window=window)
+    cal.step = fit_steps(fitted, kv, sizes, embeds, exclude=left_out, window=window,
+                         by_seconds=by_seconds)
     # each model bootstrapped over its rows; terms the data do not identify dropped (identify)
     models = {"step": identify_step(cal, fitted, kv, sizes, embeds, run_of, window=window,
-                                    exclude=cpu_terms)}
+                                    exclude=left_out, by_seconds=by_seconds)}
     models.update(stage_uncertainty(cal))
     if cal.step is not None:
         # the idle time between steps is part of every step's period (fit_step_gap); with image

@@ -69,8 +69,9 @@ def worst(u: ModelUncertainty, bad: dict[str, str]) -> dict[str, str]:
 
 def step_samples(steps: list[EngineStep], fit: StageFit, kv: KVCache, sizes: tuple[int, ...],
                  embeds: bool, run_of: dict[int, int], exclude: frozenset[str],
-                 window: int = 1) -> FitSamples:
-    """The step model's rows with the final pass's weights (1/fitted, as :func:`fit_steps`)."""
+                 window: int = 1, by_seconds: bool = False) -> FitSamples:
+    """The step model's rows with the final pass's weights (1/fitted, as :func:`fit_steps`;
+    none ``by_seconds``)."""
     arr = step_rows(steps, kv, sizes, embeds, exclude, window)
     coef = np.asarray([fit.per.get(k, 0.0) for k in STEP_FEATURES])
     pred = fit.base_s + arr[:, 2:] @ coef
@@ -78,12 +79,13 @@ def step_samples(steps: list[EngineStep], fit: StageFit, kv: KVCache, sizes: tup
     by_t = {s.t_s: run_of.get(id(s), 0) for s in steps}
     runs = [by_t.get(t, 0) for t in arr[:, 1]] if window <= 1 else [0] * len(arr)
     return FitSamples.of(STEP_FEATURES, arr[:, 2:], arr[:, 0], arr[:, 1], runs,
-                         1.0 / np.maximum(pred, floor))
+                         None if by_seconds else 1.0 / np.maximum(pred, floor))
 
 
 def identify_step(cal: Calibration, steps: list[EngineStep], kv: KVCache, sizes: tuple[int, ...],
                   embeds: bool, run_of: dict[int, int], *, seed: int = 0,
-                  window: int = 1, exclude: frozenset[str] = frozenset()) -> ModelUncertainty | None:
+                  window: int = 1, exclude: frozenset[str] = frozenset(),
+                  by_seconds: bool = False) -> ModelUncertainty | None:
     """Bootstrap ``cal.step`` (fitted on ``steps``), drop the terms it does not identify and refit
     without them until every kept term is identified; ``cal.step`` becomes the final fit."""
     if cal.step is None:
@@ -91,14 +93,15 @@ def identify_step(cal: Calibration, steps: list[EngineStep], kv: KVCache, sizes:
     dropped: dict[str, str] = {}
     for _ in range(len(STEP_FEATURES) + 1):
         s = step_samples(steps, cal.step, kv, sizes, embeds, run_of, exclude | frozenset(dropped),
-                         window)
+                         window, by_seconds)
         bad = collinear(s, [k for k in STEP_FEATURES if k in cal.step.per])
         u = bootstrap_fit(s, cal.step.base_s, cal.step.per, seed=seed)
         bad = bad or worst(u, unidentified(u))
         if not bad:
             break
         fit = fit_steps(steps, kv, sizes, embeds,
-                        exclude=exclude | frozenset(dropped) | frozenset(bad), window=window)
+                        exclude=exclude | frozenset(dropped) | frozenset(bad), window=window,
+                        by_seconds=by_seconds)
         if fit is None:
             break
         for k, why in bad.items():

@@ -16,6 +16,13 @@ from sim.fit.least_squares import MIN_SAMPLES, StageFit, fit_linear
 from sim.scenario.profiles import STEP_FEATURES as PROFILE_STEP_FEATURES
 
 STEP_FEATURES = list(PROFILE_STEP_FEATURES)  # the step model's terms, in the profile's order
+#: terms fitted only where vLLM's engine runs on the CPU: its attention over the whole batch's keys
+#: and its tower's multi-image steps (:data:`sim.scenario.profiles.STEP_FEATURES` says why)
+CPU_ONLY_TERMS = frozenset({"prefill_x_context", "encoder_tokens_cross"})
+#: … and only on a GPU: requests taken in beside the step loop, and the piecewise CUDA graph of a
+#: step that computes prompt tokens (on the CPU backend the former is part of the contention
+#: with the workers, fitted apart, and the latter has no graph to lose)
+GPU_ONLY_TERMS = frozenset({"image_arrivals", "prefill_step", "decode_beside_prefill"})
 
 
 def encoder_square_sum(encoder_tokens: int, image_sizes: tuple[int, ...]) -> float:
@@ -99,7 +106,8 @@ def step_features(s: EngineStep, kv_cache_tokens: KVCache,
     others = max(0.0, ctx - s.prefill_tokens)
     return (s.prefill_tokens, s.decode_tokens, ctx,
             s.encoder_tokens, sq, float(s.encoder_tokens) ** 2 - sq, s.prefill_tokens * others,
-            s.image_arrivals)
+            s.image_arrivals, float(s.prefill_tokens > 0),
+            float(s.decode_tokens) if s.prefill_tokens > 0 else 0.0)
 
 
 def step_prediction(fit: StageFit, s: EngineStep, kv_cache_tokens: KVCache,
@@ -136,7 +144,8 @@ def step_rows(steps: Iterable[EngineStep], kv_cache_tokens: KVCache = 0,
 
 def fit_steps(steps: Iterable[EngineStep], kv_cache_tokens: KVCache = 0,
               image_sizes: tuple[int, ...] = (), embeds: bool = False,
-              exclude: frozenset[str] = frozenset(), window: int = 1) -> StageFit | None:
+              exclude: frozenset[str] = frozenset(), window: int = 1,
+              by_seconds: bool = False) -> StageFit | None:
     """The step-time model from per-step records (``None`` with fewer than MIN_SAMPLES steps).
 
     The coefficients minimise *relative* errors (least squares weighted by 1/ŷ of a first,
@@ -153,7 +162,12 @@ def fit_steps(steps: Iterable[EngineStep], kv_cache_tokens: KVCache = 0,
     vision tower — whatever vLLM counts as encoder tokens then costs nothing to encode, and the
     encoder terms are left out (zero) instead of soaking up prefill time. ``exclude``: terms
     left out the same way (ones the data did not identify, :mod:`sim.fit.identify`). ``window``:
-    fit the means of that many consecutive steps (:func:`step_rows`)."""
+    fit the means of that many consecutive steps (:func:`step_rows`). ``by_seconds``: plain least
+    squares on those means instead — for windows of output-interval steps (a GPU), whose means
+    span a few milliseconds to a few tens, not the hundredfold range of single CPU steps, and
+    whose sum is the engine's busy time that queues build on: relative weights let the many
+    decode-only windows price the rarer image windows ~10–20 % low (the 2026-12-07 H100
+    calibration, each server's fit predicting the other's windows)."""
     arr = np.delete(step_rows(steps, kv_cache_tokens, image_sizes, embeds, exclude, window), 1,
                     axis=1)
     if len(arr) < MIN_SAMPLES:
@@ -164,7 +178,7 @@ def fit_steps(steps: Iterable[EngineStep], kv_cache_tokens: KVCache = 0,
         return np.asarray(f.base_s + arr[:, 1:] @ coef)
 
     fit = fit_linear("step", arr[:, 1:], arr[:, 0], STEP_FEATURES)
-    for _ in range(2):
+    for _ in range(0 if by_seconds else 2):
         floor = max(float(np.median(arr[:, 0])) * 0.1, 1e-6)
         fit = fit_linear("step", arr[:, 1:], arr[:, 0], STEP_FEATURES,
                          weights=1.0 / np.maximum(predict(fit), floor))

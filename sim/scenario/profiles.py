@@ -201,6 +201,13 @@ STEP_FEATURES = (
     # ~19 ms per image request arriving during it (2026-12-07; docs/sim.md). Priced when the
     # request arrives, by lengthening the running step (or the next one, when none runs)
     "image_arrivals",
+    # 1 for a step that computes prompt tokens: on a GPU vLLM replays a decode-only batch as one
+    # CUDA graph and runs a batch holding a prefill piecewise, its attention launched eagerly —
+    # on an H100 such a step cost ~3.5 ms more (2026-12-07 calibration; docs/sim.md)
+    "prefill_step",
+    # the decoders of a step that also computes prompt tokens: the eager attention's per-request
+    # work, which a decode-only step's graph does not pay (0.14 ms per sequence on that H100)
+    "decode_beside_prefill",
 )
 
 

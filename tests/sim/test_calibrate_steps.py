@@ -17,7 +17,7 @@ from edgeserve.records import EngineStep, Outcome, RequestRecord, TraceHeader, T
 from sim.fit.calibrate import calibrate_traces
 from sim.fit.host_effects import cold_shape_factor, fit_drift
 from sim.fit.profile_writer import to_profile
-from sim.fit.step_fit import cold_steps, fit_step_gap, fit_steps
+from sim.fit.step_fit import GPU_ONLY_TERMS, cold_steps, fit_step_gap, fit_steps
 from sim.fit.traces import read_traces
 
 TRUE = {"base_s": 0.004, "prefill_tokens": 2.0e-5, "decode_tokens": 3.0e-4,
@@ -88,7 +88,9 @@ def test_a_step_encoding_two_images_is_fitted_its_cross_term_apart() -> None:
         t += d
         steps.append(EngineStep(t_s=t, duration_s=d, prefill_tokens=prefill, prefill_requests=1,
                                 decode_tokens=decode, decode_requests=decode, encoder_tokens=enc))
-    fit = fit_steps(steps, KV_TOKENS, image_sizes=(300, 900))
+    # every step computes prompt tokens: the GPU's prefill-step terms would be the intercept and
+    # the decode slope again (the calibrator fits them only on a GPU, as here on the CPU's terms)
+    fit = fit_steps(steps, KV_TOKENS, image_sizes=(300, 900), exclude=GPU_ONLY_TERMS)
     assert fit is not None
     for k, v in true.items():
         assert fit.per[k] == pytest.approx(v, rel=1e-6)
@@ -375,3 +377,38 @@ def test_read_traces_counts_each_steps_image_arrivals_from_its_own_trace(tmp_pat
         paths.append(p)
     data = read_traces(paths)
     assert [s.image_arrivals for s in data.steps] == [2, 0, 1, 0]
+
+
+@pytest.mark.parametrize("platform", ["gpu", "cpu"])
+def test_a_gpu_steps_prefill_cost_is_fitted_apart_from_its_decode_slope(platform: str) -> None:
+    # an H100-like engine: decode-only steps 2 ms + 10 µs per sequence, a step computing prompt
+    # tokens 3.5 ms more and 0.15 ms more per decoder beside it (a piecewise CUDA graph instead
+    # of a whole one), timed by output intervals (8-step windows). Decode-only runs at depth come
+    # from decode waves; without the two terms the decode slope takes up the prefills' cost
+    from sim.fit.traces import TraceData
+
+    rng = np.random.default_rng(11)
+    steps, t = [], 0.0
+    for _ in range(600):  # runs of steps at one depth, some with a prefill now and then
+        dec, p_prefill = int(rng.choice([1, 4, 16, 32, 64])), float(rng.choice([0.0, 0.1, 0.6]))
+        for _ in range(16):
+            prefill = int(rng.integers(20, 400)) if rng.random() < p_prefill else 0
+            d = 0.002 + 1e-5 * dec + 2e-6 * prefill + (0.0035 + 1.5e-4 * dec if prefill else 0.0)
+            t += d
+            steps.append(EngineStep(t_s=t, duration_s=d, prefill_tokens=prefill,
+                                    prefill_requests=int(prefill > 0), decode_tokens=dec,
+                                    decode_requests=dec))
+    engine = {"platform": platform, "kv_cache_tokens": KV_TOKENS, "max_num_seqs": 64,
+              "max_num_batched_tokens": 8192, "block_size": 16,
+              "step_timing": "output_interval"}
+    cal = calibrate_traces(TraceData(records=[], steps=steps, meta={"engine": engine},
+                                     runs=[(0, len(steps))], record_runs=[(0, 0)]))
+    assert cal.step is not None
+    per = cal.step.per
+    if platform == "gpu":
+        assert per["prefill_step"] == pytest.approx(0.0035, rel=0.02)
+        assert per["decode_beside_prefill"] == pytest.approx(1.5e-4, rel=0.02)
+        assert per["decode_tokens"] == pytest.approx(1e-5, rel=0.05)
+    else:  # fitted only on a GPU: on the CPU the slope takes the prefills' share up
+        assert "prefill_step" not in per and "decode_beside_prefill" not in per
+        assert per["decode_tokens"] > 3e-5

@@ -453,3 +453,20 @@ def test_an_image_request_arriving_mid_step_lengthens_that_step_and_one_arriving
     r0 = Run([job("a", 0.0, 100, 3, image=64), job("b", 0.3, 100, 2, image=64),
               job("c", 0.45, 100, 2)], encoder_in_step=True).run()
     assert r0.steps[:2] == [(0.0, 0.2, 100, 0, 100, 64), (0.2, 0.11, 0, 1, 101, 0)]
+
+
+def test_a_step_computing_prompt_tokens_pays_the_prefill_step_terms_and_a_decode_only_one_does_not() -> None:
+    # prefill_step 0.05 s and decode_beside_prefill 0.02 s per decoder: on a GPU a decode-only
+    # batch is one CUDA graph, a batch holding a prefill runs piecewise
+    m = model(per={**PER, "prefill_step": 0.05, "decode_beside_prefill": 0.02})
+    # "a" alone: its prefill step (0.1 + 0.1 + 0.05); "b" arrives while a decodes, and the step
+    # carrying b's prefill beside a's decode also pays 0.02 for a; a's decode-only steps do not
+    r = Run([job("a", 0.0, 100, 4), job("b", 0.3, 100, 2)], m).run()
+    assert r.steps[0][1] == pytest.approx(0.1 + 0.1 + 0.05)
+    assert r.steps[1][1] == pytest.approx(0.1 + 0.01)  # a decoding alone
+    mixed = [s for s in r.steps if s[2] and s[3]]
+    assert len(mixed) == 1
+    _start, dur, prefill, n_dec, _ctx, _enc = mixed[0]
+    assert (prefill, n_dec) == (100, 1)
+    assert dur == pytest.approx(0.1 + 0.1 + 0.01 + 0.05 + 0.02)
+    assert all(s[1] == pytest.approx(0.1 + 0.01 * s[3]) for s in r.steps if not s[2])
