@@ -79,6 +79,7 @@ from sim.fit.step_fit import (
     cold_steps,
     fit_step_gap,
     fit_steps,
+    step_prediction,
 )
 from sim.fit.traces import TraceData, image_sizes, worker_encoder
 
@@ -165,6 +166,13 @@ def calibrate_traces(data: TraceData) -> Calibration:
     models = {"step": identify_step(cal, fitted, kv, sizes, embeds, run_of, window=window,
                                     exclude=left_out, by_seconds=by_seconds)}
     models.update(stage_uncertainty(cal))
+    if cal.step is not None and window > 1 and data.steps:
+        # output-interval steps: the first step after an idle engine has no measured span, and
+        # its time is inside the wait; the step model's time for it (with the request's own
+        # intake, image_arrivals, which the simulator adds to that step) comes off the wait
+        step_fit, arrival_s = cal.step, cal.step.per.get("image_arrivals", 0.0)
+        cal.input_processing = input_processing(
+            ok, data.steps, lambda s: step_prediction(step_fit, s, kv, sizes) + arrival_s)
     if cal.step is not None:
         # the idle time between steps is part of every step's period (fit_step_gap); with image
         # embeddings handed over (--encoder onnx) it does not grow with the image

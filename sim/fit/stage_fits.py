@@ -203,11 +203,19 @@ def fit_worker_encode(records: Iterable[RequestRecord], stretch: Mapping[int, fl
     return fit, FitSamples.of(ENCODE_FEATURES, arr[:, 1:3], arr[:, 0], arr[:, 3])
 
 
-def input_processing(records: list[RequestRecord], steps: list[EngineStep]) -> StageFit | None:
+def input_processing(records: list[RequestRecord], steps: list[EngineStep],
+                     first_step_s: Callable[[EngineStep], float] | None = None) -> StageFit | None:
     """vLLM's input processing, from the requests that found the engine idle: the time from the
     hand-over (``engine_queued_s``) to the start of the first step after it — no step was running
     at the hand-over and none started before that one, so nothing but the processing held the
-    request — regressed on target pixels (the multimodal processor works on the resized image)."""
+    request — regressed on target pixels (the multimodal processor works on the resized image).
+
+    ``first_step_s``: the step model's time for that first step, where its own span is not
+    measured — steps timed by output intervals (a GPU): after an idle engine there is no earlier
+    output to time the step from, so its recorded span is ~0 and its work lies inside the wait.
+    The row is then the hand-over to the first token less that time. On an H100 (2026-12-07) the
+    wait was ~60 ms for a 1230-token image, ~35 ms of it the step; counted twice, the replays
+    gave light loads' TTFT ~20 ms too much."""
     ordered = sorted(steps, key=lambda s: s.t_s)
     starts = [s.t_s - s.duration_s for s in ordered]
     ends = [s.t_s for s in ordered]
@@ -224,7 +232,9 @@ def input_processing(records: list[RequestRecord], steps: list[EngineStep]) -> S
             continue
         if starts[i] >= r.first_token_s:
             continue
-        rows.append((starts[i] - q, r.target_width * r.target_height))
+        wait = (starts[i] - q if first_step_s is None
+                else max(0.0, r.first_token_s - q - first_step_s(ordered[i])))
+        rows.append((wait, r.target_width * r.target_height))
     if len(rows) < MIN_SAMPLES:
         return None
     arr = np.asarray(rows, dtype=float)

@@ -412,3 +412,26 @@ def test_a_gpu_steps_prefill_cost_is_fitted_apart_from_its_decode_slope(platform
     else:  # fitted only on a GPU: on the CPU the slope takes the prefills' share up
         assert "prefill_step" not in per and "decode_beside_prefill" not in per
         assert per["decode_tokens"] > 3e-5
+
+
+def test_vllm_input_processing_leaves_out_a_first_step_whose_span_was_not_measured() -> None:
+    # a GPU's steps are timed by output intervals: after an idle engine the first step has no
+    # earlier output to be timed from (span ~0), so its work lies inside the wait from the
+    # hand-over to its output — 25 ms of input processing and a 35 ms image step here
+    from sim.fit.stage_fits import input_processing
+
+    records, steps = [], []
+    for i in range(30):
+        q = 10.0 * i
+        records.append(RequestRecord(id=f"r{i}", arrived_s=q - 0.1, engine_queued_s=q,
+                                     first_token_s=q + 0.060, num_images=1, image_tokens=1000,
+                                     target_width=896, target_height=896 + 28 * (i % 3)))
+        steps.append(EngineStep(t_s=q + 0.060, duration_s=0.0005, prefill_tokens=1020,
+                                prefill_requests=1, encoder_tokens=1000, encoder_inputs=1))
+    plain = input_processing(records, steps)
+    assert plain is not None
+    assert plain.base_s == pytest.approx(0.0595, abs=1e-6)  # the step counted as processing
+    less_step = input_processing(records, steps, lambda s: 0.035)
+    assert less_step is not None
+    assert less_step.base_s == pytest.approx(0.025, abs=1e-6)
+    assert sum(less_step.per.values()) == pytest.approx(0.0, abs=1e-12)
