@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import math
 
-from edgeserve.records import Outcome
+from edgeserve.records import EngineStep, Outcome
 from edgeserve.step_span import StepTiming
 from sim.fit.calibration import Calibration
 from sim.fit.engine_kv import kv_cache
@@ -65,13 +65,19 @@ from sim.fit.host_effects import (
 from sim.fit.identify import (
     identify_contention,
     identify_gap,
+    identify_rows,
     identify_step,
     profile_uncertainty,
     stage_uncertainty,
 )
 from sim.fit.least_squares import MIN_SAMPLES
 from sim.fit.speed_level import speed_level, worker_level, worker_stages
-from sim.fit.stage_fits import fit_stages, fit_worker_encode, input_processing
+from sim.fit.stage_fits import (
+    fit_input_processing,
+    fit_stages,
+    fit_worker_encode,
+    input_processing_rows,
+)
 from sim.fit.step_fit import (
     CPU_ONLY_TERMS,
     GAP_FEATURES,
@@ -138,8 +144,6 @@ def calibrate_traces(data: TraceData) -> Calibration:
     # on the CPU (on a GPU, steps with images follow busy workers without being slowed by them)
     on_cpu = cal.engine.get("platform", "cpu") == "cpu"
     use_quiet = on_cpu and len(quiet) >= 4 * MIN_SAMPLES and cal.host_cores > 0
-    if data.steps:
-        cal.input_processing = input_processing(ok, data.steps)
     fitted = quiet if use_quiet else warm
     run_of = {id(s): k for k, (a, b) in enumerate(runs) for s in data.steps[a:b]}
     # steps timed by output intervals (async scheduling, a GPU) are exact in sum, not one by one
@@ -166,13 +170,21 @@ def calibrate_traces(data: TraceData) -> Calibration:
     models = {"step": identify_step(cal, fitted, kv, sizes, embeds, run_of, window=window,
                                     exclude=left_out, by_seconds=by_seconds)}
     models.update(stage_uncertainty(cal))
-    if cal.step is not None and window > 1 and data.steps:
+    first_step_s = None
+    if cal.step is not None and window > 1:
         # output-interval steps: the first step after an idle engine has no measured span, and
         # its time is inside the wait; the step model's time for it (with the request's own
         # intake, image_arrivals, which the simulator adds to that step) comes off the wait
         step_fit, arrival_s = cal.step, cal.step.per.get("image_arrivals", 0.0)
-        cal.input_processing = input_processing(
-            ok, data.steps, lambda s: step_prediction(step_fit, s, kv, sizes) + arrival_s)
+
+        def first_step_s(s: EngineStep) -> float:
+            return step_prediction(step_fit, s, kv, sizes) + arrival_s
+
+    rows = input_processing_rows(ok, data.steps, first_step_s) if data.steps else None
+    if rows is not None:
+        # a per-pixel slope the idle-engine requests do not identify is dropped (identify_rows)
+        cal.input_processing, models["input_processing"] = identify_rows(
+            rows, fit_input_processing(rows), "input_processing", cal.identification)
     if cal.step is not None:
         # the idle time between steps is part of every step's period (fit_step_gap); with image
         # embeddings handed over (--encoder onnx) it does not grow with the image

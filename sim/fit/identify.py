@@ -187,7 +187,15 @@ def identify_stage(cal: Calibration, stage: str, *, seed: int = 0) -> ModelUncer
     arrival): terms the requests do not identify are dropped and the stage refitted without
     them. Where every request had one size, a fixed cost and a per-pixel one cannot be told
     apart: the stage keeps its first term through zero (that size's mean time per unit)."""
-    s, fit = cal.samples[stage], cal.fits[stage]
+    cal.fits[stage], u = identify_rows(cal.samples[stage], cal.fits[stage], stage,
+                                       cal.identification, seed=seed)
+    return u
+
+
+def identify_rows(s: FitSamples, fit: StageFit, stage: str, notes: list[str], *,
+                  seed: int = 0) -> tuple[StageFit, ModelUncertainty]:
+    """:func:`identify_stage` on the rows ``s`` of ``fit``: the final fit and its uncertainty;
+    a line per dropped term goes to ``notes``."""
     dropped: dict[str, str] = {}
     live = [k for k in s.names if k in fit.per]
     if live and all(np.ptp(s.x[:, s.names.index(k)]) == 0 for k in live):
@@ -196,13 +204,12 @@ def identify_stage(cal: Calibration, stage: str, *, seed: int = 0) -> ModelUncer
         keep, j = live[0], s.names.index(live[0])
         for k in live[1:]:
             dropped[k] = f"every row has one size: it cannot be told from {keep}"
-            cal.identification.append(f"{stage} term {k} dropped: {dropped[k]}")
+            notes.append(f"{stage} term {k} dropped: {dropped[k]}")
         x = np.zeros_like(s.x)
         x[:, j] = s.x[:, j]
         coef = float(s.y.sum() / x[:, j].sum())
         ratio = s.y / (coef * x[:, j])
         fit = StageFit(stage, len(s.y), 0.0, {keep: coef}, float(np.std(ratio)), 0.0, fit.note)
-        cal.fits[stage] = fit
         s = FitSamples(s.names, x, s.y, s.t_s, s.run, s.weights, intercept=False)
     for _ in range(len(s.names) + 1):
         bad = collinear(s, [k for k in s.names if k in fit.per])
@@ -213,14 +220,13 @@ def identify_stage(cal: Calibration, stage: str, *, seed: int = 0) -> ModelUncer
         x = s.x.copy()
         for k in bad:
             x[:, s.names.index(k)] = 0.0
-            cal.identification.append(f"{stage} term {k} dropped: {bad[k]}")
+            notes.append(f"{stage} term {k} dropped: {bad[k]}")
         dropped.update(bad)
         note = fit.note
         fit = fit_linear(stage, x, s.y, s.names)
         fit.note = note
-        cal.fits[stage] = fit
         s = FitSamples(s.names, x, s.y, s.t_s, s.run, s.weights, intercept=True)
-    return ModelUncertainty(u.terms, u.covariance, dropped)
+    return fit, ModelUncertainty(u.terms, u.covariance, dropped)
 
 
 def stage_uncertainty(cal: Calibration, *, seed: int = 0) -> dict[str, ModelUncertainty]:

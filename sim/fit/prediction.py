@@ -81,6 +81,9 @@ def draw_profile(profile: Mapping[str, Any], rng: np.random.Generator, *,
             for name in ("step", "step_gap"):
                 if name in models:
                     _shift(step, _delta(models[name], rng))
+        inp = (out.get("llm") or {}).get("input_processing")
+        if isinstance(inp, dict) and "input_processing" in models:
+            _shift(inp, _delta(models["input_processing"], rng))  # vLLM's own processing
         c = models.get("contention")
         host = out.get("host")
         if isinstance(c, Mapping) and isinstance(host, dict):

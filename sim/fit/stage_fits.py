@@ -205,10 +205,25 @@ def fit_worker_encode(records: Iterable[RequestRecord], stretch: Mapping[int, fl
 
 def input_processing(records: list[RequestRecord], steps: list[EngineStep],
                      first_step_s: Callable[[EngineStep], float] | None = None) -> StageFit | None:
-    """vLLM's input processing, from the requests that found the engine idle: the time from the
-    hand-over (``engine_queued_s``) to the start of the first step after it — no step was running
-    at the hand-over and none started before that one, so nothing but the processing held the
-    request — regressed on target pixels (the multimodal processor works on the resized image).
+    """The fit of :func:`input_processing_rows` (``None`` with fewer than MIN_SAMPLES rows)."""
+    s = input_processing_rows(records, steps, first_step_s)
+    return None if s is None else fit_input_processing(s)
+
+
+def fit_input_processing(s: FitSamples) -> StageFit:
+    fit = fit_linear("input_processing", s.x, s.y, s.names)
+    fit.note = f"{len(s.y)} requests that found the engine idle"
+    return fit
+
+
+def input_processing_rows(records: list[RequestRecord], steps: list[EngineStep],
+                          first_step_s: Callable[[EngineStep], float] | None = None
+                          ) -> FitSamples | None:
+    """The rows of vLLM's input processing, from the requests that found the engine idle: the time
+    from the hand-over (``engine_queued_s``, each row's time) to the start of the first step after
+    it — no step was running at the hand-over and none started before that one, so nothing but
+    the processing held the request — against target pixels (the multimodal processor works on
+    the resized image).
 
     ``first_step_s``: the step model's time for that first step, where its own span is not
     measured — steps timed by output intervals (a GPU): after an idle engine there is no earlier
@@ -234,10 +249,8 @@ def input_processing(records: list[RequestRecord], steps: list[EngineStep],
             continue
         wait = (starts[i] - q if first_step_s is None
                 else max(0.0, r.first_token_s - q - first_step_s(ordered[i])))
-        rows.append((wait, r.target_width * r.target_height))
+        rows.append((wait, r.target_width * r.target_height, q))
     if len(rows) < MIN_SAMPLES:
         return None
     arr = np.asarray(rows, dtype=float)
-    fit = fit_linear("input_processing", arr[:, 1:], arr[:, 0], ["target_pixels"])
-    fit.note = f"{len(rows)} requests that found the engine idle"
-    return fit
+    return FitSamples.of(["target_pixels"], arr[:, 1:2], arr[:, 0], arr[:, 2])

@@ -435,3 +435,35 @@ def test_vllm_input_processing_leaves_out_a_first_step_whose_span_was_not_measur
     assert less_step is not None
     assert less_step.base_s == pytest.approx(0.025, abs=1e-6)
     assert sum(less_step.per.values()) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_an_input_processing_slope_the_idle_requests_do_not_identify_is_dropped_with_a_line() -> None:
+    # the wait at an idle engine is 30 ms ± 10 ms, 1 ms more per megapixel: far inside the noise
+    # of 80 requests, so the slope is not identified and is dropped; +20 ms per megapixel is kept
+    from sim.fit.identify import identify_rows
+    from sim.fit.stage_fits import fit_input_processing, input_processing_rows
+
+    for slope, noise_s, kept in ((1e-9, 0.010, False), (2e-8, 0.005, True)):
+        records, steps = [], []
+        for i in range(80):
+            # sizes in turn, a ± noise_s swing on every other request: apart from the size
+            q, side = 10.0 * i, (448, 896, 1344)[i % 3]
+            wait = 0.030 + slope * side * side + noise_s * (1 if i % 2 else -1)
+            records.append(RequestRecord(id=f"r{i}", arrived_s=q - 0.1, engine_queued_s=q,
+                                         first_token_s=q + wait + 0.01, num_images=1,
+                                         image_tokens=side * side // 784, target_width=side,
+                                         target_height=side))
+            steps.append(EngineStep(t_s=q + wait + 0.01, duration_s=0.01, prefill_tokens=300,
+                                    prefill_requests=1, encoder_tokens=256, encoder_inputs=1))
+        rows = input_processing_rows(records, steps)
+        assert rows is not None
+        notes: list[str] = []
+        fit, u = identify_rows(rows, fit_input_processing(rows), "input_processing", notes)
+        if kept:
+            assert fit.per["target_pixels"] == pytest.approx(2e-8, rel=0.1) and not notes
+            lo, hi = u.terms["target_pixels"].interval
+            assert 0 < lo < 2e-8 < hi
+        else:
+            assert "target_pixels" not in fit.per and "target_pixels" in u.dropped
+            assert notes and notes[0].startswith("input_processing term target_pixels dropped")
+            assert fit.base_s == pytest.approx(0.031, abs=0.003)

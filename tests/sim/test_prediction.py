@@ -176,3 +176,14 @@ def test_the_worker_level_scales_the_worker_stages_together_and_nothing_else(
     # three servers: sd·√(4/3)·t₂; the draws spread, centred on the model
     assert float(np.median(np.log(ratios))) == pytest.approx(0.0, abs=0.03)
     assert float(np.std(np.log(ratios))) > 0.05
+
+
+def test_a_drawn_profile_moves_vllms_input_processing_too(profile: dict) -> None:
+    # calibrate bootstraps the input processing like every stage; a drawn profile moves it
+    assert "input_processing" in profile["uncertainty"]["models"]
+    rng = np.random.default_rng(2)
+    fitted = profile["llm"]["input_processing"]["per"]["target_pixels"]
+    drawn = [draw_profile(profile, rng)["llm"]["input_processing"]["per"]["target_pixels"]
+             for _ in range(200)]
+    assert min(drawn) >= 0 and np.std(drawn) > 0
+    assert float(np.mean(drawn)) == pytest.approx(fitted, rel=0.05)
