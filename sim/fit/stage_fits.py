@@ -203,14 +203,8 @@ def fit_worker_encode(records: Iterable[RequestRecord], stretch: Mapping[int, fl
     return fit, FitSamples.of(ENCODE_FEATURES, arr[:, 1:3], arr[:, 0], arr[:, 3])
 
 
-def input_processing(records: list[RequestRecord], steps: list[EngineStep],
-                     first_step_s: Callable[[EngineStep], float] | None = None) -> StageFit | None:
-    """The fit of :func:`input_processing_rows` (``None`` with fewer than MIN_SAMPLES rows)."""
-    s = input_processing_rows(records, steps, first_step_s)
-    return None if s is None else fit_input_processing(s)
-
-
 def fit_input_processing(s: FitSamples) -> StageFit:
+    """vLLM's input processing fitted on :func:`input_processing_rows`."""
     fit = fit_linear("input_processing", s.x, s.y, s.names)
     fit.note = f"{len(s.y)} requests that found the engine idle"
     return fit

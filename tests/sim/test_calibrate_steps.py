@@ -418,7 +418,7 @@ def test_vllm_input_processing_leaves_out_a_first_step_whose_span_was_not_measur
     # a GPU's steps are timed by output intervals: after an idle engine the first step has no
     # earlier output to be timed from (span ~0), so its work lies inside the wait from the
     # hand-over to its output — 25 ms of input processing and a 35 ms image step here
-    from sim.fit.stage_fits import input_processing
+    from sim.fit.stage_fits import fit_input_processing, input_processing_rows
 
     records, steps = [], []
     for i in range(30):
@@ -428,11 +428,13 @@ def test_vllm_input_processing_leaves_out_a_first_step_whose_span_was_not_measur
                                      target_width=896, target_height=896 + 28 * (i % 3)))
         steps.append(EngineStep(t_s=q + 0.060, duration_s=0.0005, prefill_tokens=1020,
                                 prefill_requests=1, encoder_tokens=1000, encoder_inputs=1))
-    plain = input_processing(records, steps)
-    assert plain is not None
+    rows = input_processing_rows(records, steps)
+    assert rows is not None
+    plain = fit_input_processing(rows)
     assert plain.base_s == pytest.approx(0.0595, abs=1e-6)  # the step counted as processing
-    less_step = input_processing(records, steps, lambda s: 0.035)
-    assert less_step is not None
+    rows = input_processing_rows(records, steps, lambda s: 0.035)
+    assert rows is not None
+    less_step = fit_input_processing(rows)
     assert less_step.base_s == pytest.approx(0.025, abs=1e-6)
     assert sum(less_step.per.values()) == pytest.approx(0.0, abs=1e-12)
 
