@@ -14,8 +14,9 @@ name or a YAML file), or are placeholders.
 
 ``edgeserve calibrate record --out TRACE.jsonl [--url URL] [--budget-s 180]`` drives the server
 through a schedule designed to identify every term the calibrator fits (image sizes across the
-model's pixel budget and the JPEG downscale threshold, batch depths up to max_num_seqs, steps
-beside busy workers and without, idle gaps before fresh shapes, text-only requests; see
+model's pixel budget and the JPEG downscale threshold, batch depths up to max_num_seqs, decode
+waves (requests sent together: decode-only steps at depth), steps beside busy workers and
+without, idle gaps before fresh shapes, text-only requests; see
 :mod:`edgeserve.bench.calibration_schedule`). Without ``--url`` it starts the default server with
 ``--trace TRACE.jsonl``, stops it afterwards and writes the schedule into the trace's header.
 
