@@ -55,7 +55,9 @@ class StepCost:
         others = context_tokens - prefill_tokens  # the context the step's other requests hold
         if others < 0.0:
             others = 0.0
-        extra = self.prefill_extra(decode_tokens) if prefill_tokens > 0.0 else 0.0
+        extra = 0.0  # prefill_extra, inlined: this is every simulated step's path
+        if prefill_tokens > 0.0:
+            extra = self.prefill_step + self.decode_beside_prefill * decode_tokens
         return (extra + self.base_s + self.prefill * prefill_tokens + self.decode * decode_tokens
                 + self.context * context_tokens + self.encoder * encoder_tokens
                 + self.encoder_sq * encoder_tokens_sq
