@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -94,7 +95,11 @@ def calibrate(server: ServerProcess, trace: Path, budget_s: float, out: Path) ->
                    check=True,
                    stdout=subprocess.DEVNULL)
     time.sleep(2.0)  # the server flushes its trace with each resource sample
-    subprocess.run([*edgeserve, str(trace), "--out", str(out), "--base", "jetson-orin-nano",
+    # the trace goes on with the served traffic: the calibration's part is kept apart, so that
+    # the same profile can be fitted again from it later (by another version of the calibrator)
+    kept = out.with_suffix(".calibration.jsonl")
+    shutil.copyfile(trace, kept)
+    subprocess.run([*edgeserve, str(kept), "--out", str(out), "--base", "jetson-orin-nano",
                     "--name", out.stem], check=True)
     return out
 
@@ -164,6 +169,7 @@ def main() -> None:
     finally:
         for stop in stops:
             stop()
+        print(f"traces, calibration parts and profiles kept in {tmp}")
 
 
 if __name__ == "__main__":

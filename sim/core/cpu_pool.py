@@ -7,14 +7,18 @@ the worker). Every stage's time is drawn from its fitted model and stretched by 
 ``scale`` (DVFS) at the moment the job starts.
 
 **Shared cores** (a profile's ``host:``): on a CPU-only server the workers and the engine's
-threads share ``host_cores`` cores. Processor sharing is approximated at the start of each service:
-a job started while ``busy`` workers (itself included) and, if the engine is mid-step,
-``engine_threads`` want the cores takes ``max(1, demand / host_cores)`` times as long. An engine
-step started while workers are busy is lengthened by :meth:`CpuPool.step_stretch` (the engine's
-``stretch`` hook); a job started during a step lengthens the step by ``κ`` seconds per second of
-overlap (:meth:`~sim.core.step_engine.StepEngine.extend`) — ``κ₊`` instead for a worker beyond
-the ``free_cores`` the engine leaves (:class:`~sim.scenario.profiles.HostConfig`). The factors
-are frozen when a service starts; they are not re-priced when demand changes during it.
+threads share ``host_cores`` cores, and each slows the other down. A job runs ``max(1, busy /
+host_cores)`` times its time (``busy`` workers, itself included, as it starts) while the engine
+is between steps, and ``max(1, (busy + engine_threads) / host_cores)`` times while a step runs:
+its time is ``W`` (the stages' drawn times) stretched over the seconds it overlaps the engine's
+steps, the steps that start during it included. It is scheduled to end as if no further step
+started, and put back when the steps it overlapped say it has work left (at most once per step).
+An engine step started while workers are busy is lengthened by :meth:`CpuPool.step_stretch` (the
+engine's ``stretch`` hook); a job started during a step lengthens the step by ``κ`` seconds per
+second of overlap (:meth:`~sim.core.step_engine.StepEngine.extend`) — ``κ₊`` instead for a worker
+beyond the ``free_cores`` the engine leaves (:class:`~sim.scenario.profiles.HostConfig`). The
+busy-worker counts are those at a service's start. The calibration takes the same stretch out
+of the measured stage times (:func:`sim.fit.host_effects.worker_stretch`).
 """
 
 from __future__ import annotations
@@ -59,6 +63,16 @@ class CpuPool:
         self.step_kappa_over = host.kappa_over if host is not None else 0.0
         self.spare_cores = host.free_cores if host is not None else 1  # beside a step
         self.worker_end = [0.0] * cores  # when each worker's present job ends
+        # shared cores, each worker's present job: its work at its clock, its stretch between and
+        # inside steps, the clock, when it was first due (seconds after its start), and the
+        # engine's step-seconds at its start
+        self._start_s = [0.0] * cores
+        self._work_s = [0.0] * cores
+        self._s_out = [1.0] * cores
+        self._s_in = [1.0] * cores
+        self._clock = [1.0] * cores
+        self._first_s = [0.0] * cores
+        self._stepped0 = [0.0] * cores
         self.engine: Engine | None = None  # the engine sharing the cores (host:)
         self.step_engine: StepEngine | None = None  # the same, when it runs vLLM V1 steps
         self._done_cb: Callable[[Any], None] = self._done  # bound once
@@ -91,9 +105,12 @@ class CpuPool:
         the overlaps all start now, so those are the seconds of all but the longest few)."""
         now = self.loop.now
         overlaps = []
-        for end in self.worker_end:
+        e = self.step_engine
+        for w, end in enumerate(self.worker_end):
             if end > now:
-                overlaps.append(end - now if end - now < step_s else step_s)
+                # the job's time left if this step covers it (it runs at its in-step stretch)
+                wall = self._todo(w, e) * self._s_in[w] if e is not None else end - now
+                overlaps.append(wall if wall < step_s else step_s)
         busy = len(overlaps)
         demand = self.engine_threads + busy
         share = step_s * demand / self.host_cores if demand > self.host_cores else step_s
@@ -109,46 +126,111 @@ class CpuPool:
     def _start(self, job: Job, newly_busy: bool) -> None:
         now = self.loop.now
         rec = job.rec
-        rec.worker = self.free_cores.pop()
-        clock = s = self.scale
-        if self.shared:  # busy workers (this one included) and a stepping engine share the cores
-            demand = self.cores - len(self.free_cores)
-            engine = self.engine
-            if engine is not None and engine.busy:
-                demand += self.engine_threads
-            if demand > self.host_cores:
-                s *= demand / self.host_cores
-        t1 = now + self.decode.sample(job) * s
-        t2 = t1 + self.resize.sample(job) * s
-        t3 = t2 + self.normalize.sample(job) * s
-        end = t3
+        w = self.free_cores.pop()
+        rec.worker = w
+        clock = self.scale
+        d1 = self.decode.sample(job) * clock
+        d2 = self.resize.sample(job) * clock
+        d3 = self.normalize.sample(job) * clock
         enc = self.encode
-        if enc is not None:
-            end = t3 + enc.sample(job) * s
-            rec.encode_end_s = end
-        m = self.mean_s
-        self.mean_s = m + 0.05 * ((end - now) / clock - m)
+        d4 = enc.sample(job) * clock if enc is not None else 0.0
+        work = d1 + d2 + d3 + d4  # at the clock, before sharing the cores
         rec.preproc_start_s = now
+        if not self.shared:
+            t1 = now + d1
+            t2 = t1 + d2
+            t3 = t2 + d3
+            end = t3 + d4
+        else:
+            busy = self.cores - len(self.free_cores)  # this worker included
+            hc = self.host_cores
+            s_out = busy / hc if busy > hc else 1.0
+            demand = busy + self.engine_threads
+            s_in = demand / hc if demand > hc else 1.0
+            e = self.step_engine
+            left = e.step_end_s - now if e is not None and e.in_step else 0.0
+            t1 = now + _shared_wall(d1, left, s_in, s_out)
+            t2 = now + _shared_wall(d1 + d2, left, s_in, s_out)
+            t3 = now + _shared_wall(d1 + d2 + d3, left, s_in, s_out)
+            end = now + _shared_wall(work, left, s_in, s_out)
+            self.worker_end[w] = end
+            self._start_s[w] = now
+            self._work_s[w] = work
+            self._s_out[w] = s_out
+            self._s_in[w] = s_in
+            self._clock[w] = clock
+            self._first_s[w] = end - now
+            self._stepped0[w] = e.stepped_until(now) if e is not None else 0.0
+            if e is not None and left > 0.0:
+                # the running step shares the cores with this job from now; beyond the free
+                # cores (this worker and the others busy) at κ₊
+                kappa = self.step_kappa_over if busy > self.spare_cores else self.step_kappa
+                if kappa > 0.0:
+                    e.extend(kappa * (left if left < end - now else end - now))
+        if enc is not None:
+            rec.encode_end_s = end
         rec.decode_end_s = t1
         rec.resize_end_s = t2
         rec.normalize_end_s = t3
-        if self.shared:
-            self.worker_end[rec.worker] = end
-            e = self.step_engine
-            if e is not None and e.stepping:
-                # the running step shares the cores with this job from now; beyond the free
-                # cores (this worker and the others busy) at κ₊
-                kappa = (self.step_kappa_over if self.cores - len(self.free_cores)
-                         > self.spare_cores else self.step_kappa)
-                if kappa > 0.0:
-                    left = e.step_end_s - now
-                    e.extend(kappa * (left if left < end - now else end - now))
+        if not self.shared:
+            self._ran(w, job, clock)
         if newly_busy:
             self.on_busy(self.unit, 1)
         self.loop.at(end, self._done_cb, job)
 
+    def _ran(self, w: int, job: Job, clock: float) -> None:
+        """``job``'s end is final: the running mean of a job's time at nominal clock."""
+        rec = job.rec
+        end = rec.encode_end_s if self.encode is not None else rec.normalize_end_s
+        m = self.mean_s
+        self.mean_s = m + 0.05 * ((end - rec.preproc_start_s) / clock - m)  # type: ignore[operator]
+
+    def _todo(self, w: int, e: StepEngine) -> float:
+        """Shared cores: the work worker ``w``'s job has left now, given the engine's steps it
+        has overlapped (0 when it is done)."""
+        now = self.loop.now
+        overlap = e.stepped_until(now) - self._stepped0[w]
+        todo = (self._work_s[w] - (now - self._start_s[w] - overlap) / self._s_out[w]
+                - overlap / self._s_in[w])
+        return todo if todo > 1e-9 * (1.0 + self._work_s[w]) else 0.0
+
+    def _left(self, w: int) -> float:
+        """Shared cores: the seconds worker ``w``'s job still needs (0 when it is done)."""
+        e = self.step_engine
+        if e is None:
+            return 0.0
+        todo = self._todo(w, e)
+        if todo <= 0.0:
+            return 0.0
+        now = self.loop.now
+        left = e.step_end_s - now if e.in_step else 0.0
+        return _shared_wall(todo, left, self._s_in[w], self._s_out[w])
+
+    def _stretch_stages(self, job: Job) -> None:
+        """The job ended later than first scheduled: its stage ends move in proportion."""
+        rec = job.rec
+        w: int = rec.worker  # type: ignore[assignment]
+        start: float = rec.preproc_start_s  # type: ignore[assignment]
+        f = (self.loop.now - start) / self._first_s[w] if self._first_s[w] > 0.0 else 1.0
+        rec.decode_end_s = start + (rec.decode_end_s - start) * f  # type: ignore[operator]
+        rec.resize_end_s = start + (rec.resize_end_s - start) * f  # type: ignore[operator]
+        rec.normalize_end_s = start + (rec.normalize_end_s - start) * f  # type: ignore[operator]
+        if rec.encode_end_s is not None:
+            rec.encode_end_s = self.loop.now
+
     def _done(self, arg: Any) -> None:
         job: Job = arg
+        if self.shared:
+            now = self.loop.now
+            w: int = job.rec.worker  # type: ignore[assignment]
+            more = self._left(w)
+            if more > 0.0:  # steps it overlapped slowed it: put back
+                self.worker_end[w] = now + more
+                self.loop.at(now + more, self._done_cb, job)
+                return
+            if now > job.rec.preproc_start_s + self._first_s[w]:  # type: ignore[operator]
+                self._stretch_stages(job)
+            self._ran(w, job, self._clock[w])
         self.free_cores.append(job.rec.worker)  # type: ignore[arg-type]
         queue = self.queue
         if queue:  # the core goes straight to the next job: power unchanged
@@ -156,3 +238,12 @@ class CpuPool:
         else:
             self.on_busy(self.unit, -1)
         self.on_done(job)
+
+
+def _shared_wall(work_s: float, in_step_s: float, s_in: float, s_out: float) -> float:
+    """The seconds ``work_s`` of a job's work take when the next ``in_step_s`` seconds run beside
+    an engine step (stretched ``s_in``) and the rest without one (``s_out``)."""
+    inside = work_s * s_in
+    if inside <= in_step_s:
+        return inside
+    return in_step_s + (work_s - in_step_s / s_in) * s_out

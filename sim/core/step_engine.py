@@ -138,7 +138,6 @@ class StepEngine(Engine):
         "_drift_t",
         "_drift_tau",
         "_drift_x",
-        "_in_step",
         "_kick_cb",
         "_kv_cap",
         "_noise",
@@ -150,6 +149,8 @@ class StepEngine(Engine):
         "_step_cb",
         "_step_decode",
         "_step_ends",
+        "_step_start_s",
+        "_stepped_s",
         "_waiting_images",
         "_waiting_images_sq",
         "_waiting_tokens",
@@ -158,6 +159,7 @@ class StepEngine(Engine):
         "decoding",
         "encoder_budget",
         "encoder_in_step",
+        "in_step",
         "on_step",
         "prefills",
         "record_token_times",
@@ -208,7 +210,9 @@ class StepEngine(Engine):
         self._seq = 0
         self.steps = 0  # steps run (the running one included)
         self.stepping = False  # a step is running or about to start (else the engine is idle)
-        self._in_step = False  # a step is running (its end scheduled)
+        self.in_step = False  # a step is running (its end scheduled)
+        self._step_start_s = 0.0  # when the running step started
+        self._stepped_s = 0.0  # seconds of the steps that have ended
         # image requests' intake time that arrived with no step running: the next step's
         self._arrival_extra_s = 0.0
         self.step_end_s = 0.0
@@ -283,7 +287,7 @@ class StepEngine(Engine):
             return
         arrival_s = self.cost.image_arrival * self.clock_scale if job.image_tokens else 0.0
         if arrival_s > 0.0:  # taken in on the engine's CPU beside its steps
-            if self._in_step:
+            if self.in_step:
                 self.step_end_s += arrival_s
             else:
                 self._arrival_extra_s += arrival_s
@@ -400,7 +404,7 @@ class StepEngine(Engine):
         self._prefilling = still
         if not prefill and not n_dec:  # (an encoded image always brings prompt tokens)
             self.stepping = False
-            self._in_step = False
+            self.in_step = False
             if self.busy:
                 self.busy = False
                 if self.on_busy is not None:
@@ -422,9 +426,10 @@ class StepEngine(Engine):
             d += self._arrival_extra_s
             self._arrival_extra_s = 0.0
         self._step_decode = n_dec
-        self._in_step = True
+        self.in_step = True
         self.steps += 1
         self.stepping = True
+        self._step_start_s = now
         if not self.busy:
             self.busy = True
             if self.on_busy is not None:
@@ -442,6 +447,14 @@ class StepEngine(Engine):
             return True
         return False
 
+    def stepped_until(self, t_s: float) -> float:
+        """Seconds the engine has spent in steps up to ``t_s`` (no earlier than the last event):
+        the overlap of a span with its steps is the difference of two of these."""
+        if self.in_step and t_s > self._step_start_s:
+            end = self.step_end_s
+            return self._stepped_s + (t_s if t_s < end else end) - self._step_start_s
+        return self._stepped_s
+
     def extend(self, extra_s: float) -> None:
         """Lengthen the running step by ``extra_s`` (its owner's other work slowed it down)."""
         if self.stepping:
@@ -453,6 +466,8 @@ class StepEngine(Engine):
         if now < self.step_end_s:  # extended while it ran: it ends later
             self.loop.at(self.step_end_s, self._step_cb, None)
             return
+        self._stepped_s += now - self._step_start_s
+        self._step_start_s = now
         t = self.steps
         if self.record_token_times:
             self._step_ends.append(now)  # the end of step t, at index t - 1

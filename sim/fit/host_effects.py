@@ -102,36 +102,42 @@ def contention_s(s: EngineStep, workers: dict[int, Intervals], period_s: float, 
 def worker_stretch(recs: Iterable[RequestRecord], steps: list[EngineStep], host_cores: int,
                    engine_threads: int, through_encode: bool = False) -> dict[int, float]:
     """Each request's preprocessing stretch as the simulator prices it
-    (:meth:`sim.core.cpu_pool.CpuPool._start`): ``max(1, demand / host_cores)``, the demand
-    being the workers busy as its own work started (itself included) and the engine's
-    ``engine_threads`` when the engine was working then (inside a step, or between two steps
-    less than ``ENGINE_GAP_S`` apart). Keyed by ``id(record)``; the calibration divides the
-    measured stage times by it, so that the simulator, stretching them again, gives back what
-    was measured instead of counting the contention twice."""
+    (:class:`sim.core.cpu_pool.CpuPool`): its span ran ``s_out = max(1, busy / host_cores)``
+    times its work while the engine was between steps and ``s_in = max(1, (busy +
+    engine_threads) / host_cores)`` times while a step ran (``busy``: the workers busy as its
+    work started, itself included). With ``O`` the seconds of its span ``T`` inside steps (a gap
+    under ``ENGINE_GAP_S`` between two steps counts as inside: the simulated engine runs its steps
+    back to back, the gap in their time), its work is ``W = (T − O) / s_out + O / s_in`` and its
+    stretch ``T / W``. Keyed by ``id(record)``; the calibration divides the measured stage times
+    by it, so that the simulator, stretching them again, gives back what was measured instead of
+    counting the contention twice."""
     recs = [r for r in recs if r.preproc_start_s is not None and r.worker is not None]
     if host_cores <= 0:
         return {id(r): 1.0 for r in recs}
     busy = worker_busy(recs, through_encode=through_encode)
-    ordered = sorted(steps, key=lambda x: x.t_s - x.duration_s)
-    starts = [x.t_s - x.duration_s for x in ordered]
-    ends = [x.t_s for x in ordered]
-
-    def engine_busy(t: float) -> bool:
-        i = bisect.bisect_right(starts, t) - 1
-        if i < 0:
-            return False
-        return t < ends[i] or (i + 1 < len(starts) and starts[i + 1] - ends[i] < ENGINE_GAP_S)
-
+    spans = sorted((x.t_s - x.duration_s, x.t_s) for x in steps)
+    stepping = Intervals((a, nxt[0] if nxt[0] - b < ENGINE_GAP_S else b)
+                         for (a, b), nxt in zip(spans, [*spans[1:], (math.inf, math.inf)],
+                                                strict=True))
     out = {}
     for r in recs:
         t = float(r.preproc_start_s)  # type: ignore[arg-type]
+        end = r.encode_end_s if through_encode and r.encode_end_s is not None \
+            else r.normalize_end_s
         demand = sum(1 for iv in busy.values() if iv.fraction(t, t + 1e-6) > 0.5)
-        demand = max(demand, 1) + (engine_threads if engine_busy(t) else 0)
-        out[id(r)] = max(1.0, demand / host_cores)
+        demand = max(demand, 1)
+        s_out = max(1.0, demand / host_cores)
+        s_in = max(1.0, (demand + engine_threads) / host_cores)
+        span = float(end) - t if end is not None else 0.0
+        if span <= 0.0:
+            out[id(r)] = s_out
+            continue
+        inside = stepping.fraction(t, t + span) * span
+        out[id(r)] = span / ((span - inside) / s_out + inside / s_in)
     return out
 
 
-ENGINE_GAP_S = 0.05  # two steps closer than this: the engine had work between them
+ENGINE_GAP_S = 0.05  # two steps closer than this: the engine worked between them
 
 
 def contention(steps: list[EngineStep], fit: StageFit, kv_cache_tokens: KVCache,

@@ -74,14 +74,24 @@ def record(i: int, worker: int, start: float, decode_s: float) -> RequestRecord:
                          target_height=476, decoded_pixels=640 * 480, image_tokens=391)
 
 
-def test_a_job_started_beside_a_busy_worker_and_a_stepping_engine_is_stretched_as_the_simulator_does() -> None:
-    # 2 cores, the engine on 1. Request 0 starts alone (engine idle): ×1. Request 1 starts while
-    # 0 still runs and the engine steps: 2 workers + 1 engine thread on 2 cores, ×1.5. Request 2
-    # starts while the engine steps, no other worker busy: demand 2, ×1.
+def test_a_job_beside_a_busy_worker_is_stretched_as_the_simulator_does_while_steps_run() -> None:
+    # 2 cores, the engine on 1. Request 0 (0–1.002) starts alone: ×1 between steps and inside
+    # them (its worker and the engine's thread fit the cores). Request 1 (0.5–2.002) starts while
+    # 0 runs: 2 workers, ×1 between steps, ×1.5 inside; the steps 0.4–0.7 and 0.71–1.01 count as
+    # one (their 10 ms gap is the engine's), 0.51 s of its span: its work is 0.992 + 0.51 / 1.5
+    # = 1.332 s, its stretch 1.502 / 1.332. Request 2 starts during a step, no other worker busy:
+    # demand 2, ×1.
     recs = [record(0, 0, 0.0, 1.0), record(1, 1, 0.5, 1.5), record(2, 0, 3.0, 1.0)]
     steps = [step(0.4, 0.3), step(0.71, 0.3), step(2.9, 0.5)]
     got = worker_stretch(recs, steps, host_cores=2, engine_threads=1)
-    assert [got[id(r)] for r in recs] == [1.0, 1.5, 1.0]
+    assert [got[id(r)] for r in recs] == pytest.approx([1.0, 1.502 / 1.332, 1.0])
+
+
+def test_on_one_core_only_the_seconds_beside_steps_count_twice() -> None:
+    # one core: a job of 1.002 s with 0.2 s of steps inside ran 0.802 + 0.2 / 2 = 0.902 s of work
+    recs = [record(0, 0, 0.0, 1.0)]
+    got = worker_stretch(recs, [step(0.3, 0.2)], host_cores=1, engine_threads=1)
+    assert got[id(recs[0])] == pytest.approx(1.002 / 0.902)
 
 
 def test_the_stage_fits_take_the_stretch_out_of_the_measured_times() -> None:

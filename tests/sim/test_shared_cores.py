@@ -105,13 +105,32 @@ def test_without_a_host_section_the_cores_are_separate_machines() -> None:
 
 
 def test_workers_alone_share_the_cores_too() -> None:
-    # two workers on one core, the engine idle: the first job starts alone (1 s), the second,
-    # started while the first runs, counts both (×2: 0.25–2.25); it is not re-priced when the
-    # first ends at 1.0 — the rate is frozen at the start of the service
-    s = Server(server_profile(workers=2, host={"cores": 1, "engine_threads": 1}))
+    # two workers on one core, the engine idle (a 2 s hand-off keeps a's prefill until 3.0): the
+    # first job starts alone (1 s), the second, started while the first runs, counts both (×2:
+    # 0.25–2.25); it is not re-priced when the first ends at 1.0 — the busy workers are counted
+    # at the start of the service
+    prof = server_profile(workers=2, host={"cores": 1, "engine_threads": 1})
+    prof["llm"]["handoff_s"] = 2.0
+    s = Server(prof)
     s.send("a", 0.0, output_tokens=1)
     s.send("b", 0.25, output_tokens=1)
     assert [r[:3] for r in s.run()] == [("a", 0.0, 1.0), ("b", 0.25, 2.25)]
+
+
+def test_on_one_core_a_job_is_slowed_only_while_steps_run_beside_it() -> None:
+    # one core for the worker and the engine's thread; steps of 0.1 s. a: alone 0–1, its prefill
+    # step 1.0–1.1, its decode step (b's job beside it: the core's share, ×2) 1.1–1.3, done.
+    # b starts at 1.05, mid-step: ×2 for the step's 0.05 s left and the next step's 0.2 s —
+    # 0.125 s of its work — then alone at full speed: 0.875 s more, to 2.175. (Priced at its
+    # start for the whole job, it would have run 2 s, to 3.05.)
+    s = Server(server_profile(step_s=0.1, host={"cores": 1, "engine_threads": 1}))
+    s.send("a", 0.0, output_tokens=2)
+    s.send("b", 1.05, output_tokens=1)
+    recs = {r[0]: r for r in s.run()}
+    assert recs["a"] == ("a", 0.0, 1.0, pytest.approx(1.1), pytest.approx(1.3))
+    assert recs["b"][1:] == (1.05, pytest.approx(2.175), pytest.approx(2.275),
+                             pytest.approx(2.275))
+    assert s.steps == pytest.approx([(1.0, 0.1), (1.1, 0.2), (2.175, 0.1)])
 
 
 def test_a_clock_level_and_shared_cores_compose() -> None:
