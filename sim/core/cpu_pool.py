@@ -215,7 +215,7 @@ class CpuPool:
         rec.decode_end_s = start + (rec.decode_end_s - start) * f  # type: ignore[operator]
         rec.resize_end_s = start + (rec.resize_end_s - start) * f  # type: ignore[operator]
         rec.normalize_end_s = start + (rec.normalize_end_s - start) * f  # type: ignore[operator]
-        if rec.encode_end_s is not None:
+        if self.encode is not None:  # the encoder ends the job
             rec.encode_end_s = self.loop.now
 
     def _done(self, arg: Any) -> None:

@@ -138,6 +138,34 @@ def test_a_job_started_during_a_step_lengthens_it_by_kappa_per_second_of_overlap
     assert engine.step_end_s == pytest.approx(5.5)
 
 
+def test_on_one_core_a_step_started_during_a_job_puts_its_end_back() -> None:
+    # one core, one engine thread; decode 1 + resize 2 + normalize 3 + encode 4 = 10 s of work.
+    # A text request's step runs 0–4. The job starts at 1: ×2 beside the step (3 s, 1.5 s of
+    # work), then alone, first due at 12.5. A second text request at 6 starts a step that the
+    # job shares (its cores' share: 8 s, 6–14), so the job has 3.25 s of work left at 12.5: 0.75
+    # of it beside the step's last 1.5 s, the rest alone, done at 16.5. Its stage ends move in
+    # proportion, the encoder's to the end.
+    loop = EventLoop()
+    engine = StepEngine(loop, "e", StepTimeModel(base_s=4.0, per={}, max_num_batched_tokens=1000,
+                                                 max_num_seqs=4, block_size_tokens=100),
+                        100_000, lambda j: None)
+    done: list[tuple[float, str]] = []
+    p = pool(loop, 1, Busy(loop), done, host=HostConfig(cores=1, engine_threads=1),
+             encode=const(4.0))
+    p.share_with(engine)
+    text = [Job(RequestRecord(id=f"t{i}", arrived_s=0.0), None, 0, 0, 0, 10, 1, 0) for i in (1, 2)]
+    engine.submit(text[0])
+    a = job("a")
+    loop.at(1.0, lambda _: p.submit(a))
+    loop.at(6.0, lambda _: engine.submit(text[1]))
+    loop.run_until(100.0)
+    assert done == [(pytest.approx(16.5), "a")]
+    f = 15.5 / 11.5  # the job took 15.5 s where 11.5 were first scheduled
+    rec = a.rec
+    assert (rec.decode_end_s, rec.normalize_end_s, rec.encode_end_s) == pytest.approx(
+        (1.0 + 2.0 * f, 1.0 + 7.5 * f, 16.5))
+
+
 # ---- encoder unit ---------------------------------------------------------------------------
 def test_the_encoder_unit_serves_its_queue_in_order_and_stamps_the_records() -> None:
     loop = EventLoop()
