@@ -63,15 +63,14 @@ class CpuPool:
         self.step_kappa_over = host.kappa_over if host is not None else 0.0
         self.spare_cores = host.free_cores if host is not None else 1  # beside a step
         self.worker_end = [0.0] * cores  # when each worker's present job ends
-        # shared cores, each worker's present job: its work at its clock, its stretch between and
-        # inside steps, the clock, when it was first due (seconds after its start), and the
-        # engine's step-seconds at its start
+        # shared cores, each worker's present job: its start, its work at its clock, its stretch
+        # between and inside steps, the clock, and the engine's step-seconds at its start (when
+        # it was first due is its record's end until it is put back)
         self._start_s = [0.0] * cores
         self._work_s = [0.0] * cores
         self._s_out = [1.0] * cores
         self._s_in = [1.0] * cores
         self._clock = [1.0] * cores
-        self._first_s = [0.0] * cores
         self._stepped0 = [0.0] * cores
         self.engine: Engine | None = None  # the engine sharing the cores (host:)
         self.step_engine: StepEngine | None = None  # the same, when it runs vLLM V1 steps
@@ -159,7 +158,6 @@ class CpuPool:
             self._s_out[w] = s_out
             self._s_in[w] = s_in
             self._clock[w] = clock
-            self._first_s[w] = end - now
             self._stepped0[w] = e.stepped_until(now) if e is not None else 0.0
             if e is not None and left > 0.0:
                 # the running step shares the cores with this job from now; beyond the free
@@ -173,17 +171,22 @@ class CpuPool:
         rec.resize_end_s = t2
         rec.normalize_end_s = t3
         if not self.shared:
-            self._ran(w, job, clock)
+            self._ran(job, clock)
         if newly_busy:
             self.on_busy(self.unit, 1)
         self.loop.at(end, self._done_cb, job)
 
-    def _ran(self, w: int, job: Job, clock: float) -> None:
+    def _ran(self, job: Job, clock: float) -> None:
         """``job``'s end is final: the running mean of a job's time at nominal clock."""
         rec = job.rec
-        end = rec.encode_end_s if self.encode is not None else rec.normalize_end_s
         m = self.mean_s
-        self.mean_s = m + 0.05 * ((end - rec.preproc_start_s) / clock - m)  # type: ignore[operator]
+        self.mean_s = m + 0.05 * ((self._end_of(job) - rec.preproc_start_s) / clock  # type: ignore[operator]
+                                  - m)
+
+    def _end_of(self, job: Job) -> float:
+        """The end its record gives ``job`` (the encoder's, when the pool runs it)."""
+        rec = job.rec
+        return rec.encode_end_s if self.encode is not None else rec.normalize_end_s  # type: ignore[return-value]
 
     def _todo(self, w: int, e: StepEngine) -> float:
         """Shared cores: the work worker ``w``'s job has left now, given the engine's steps it
@@ -207,11 +210,12 @@ class CpuPool:
         return _shared_wall(todo, left, self._s_in[w], self._s_out[w])
 
     def _stretch_stages(self, job: Job) -> None:
-        """The job ended later than first scheduled: its stage ends move in proportion."""
+        """The job ended later than first scheduled (its record's end): its stage ends move in
+        proportion."""
         rec = job.rec
-        w: int = rec.worker  # type: ignore[assignment]
         start: float = rec.preproc_start_s  # type: ignore[assignment]
-        f = (self.loop.now - start) / self._first_s[w] if self._first_s[w] > 0.0 else 1.0
+        first = self._end_of(job) - start
+        f = (self.loop.now - start) / first if first > 0.0 else 1.0
         rec.decode_end_s = start + (rec.decode_end_s - start) * f  # type: ignore[operator]
         rec.resize_end_s = start + (rec.resize_end_s - start) * f  # type: ignore[operator]
         rec.normalize_end_s = start + (rec.normalize_end_s - start) * f  # type: ignore[operator]
@@ -228,9 +232,9 @@ class CpuPool:
                 self.worker_end[w] = now + more
                 self.loop.at(now + more, self._done_cb, job)
                 return
-            if now > job.rec.preproc_start_s + self._first_s[w]:  # type: ignore[operator]
+            if now > self._end_of(job):
                 self._stretch_stages(job)
-            self._ran(w, job, self._clock[w])
+            self._ran(job, self._clock[w])
         self.free_cores.append(job.rec.worker)  # type: ignore[arg-type]
         queue = self.queue
         if queue:  # the core goes straight to the next job: power unchanged
