@@ -40,7 +40,7 @@ from edgeserve.console import say
 from edgeserve.records import EngineStep
 from edgeserve.stalls import StallMeter
 from edgeserve.start_failures import ModelFolderError
-from edgeserve.step_span import StepSpans, StepTiming
+from edgeserve.step_span import StepSpans, StepTiming, engine_interval_s
 
 if TYPE_CHECKING:
     from vllm.outputs import RequestOutput
@@ -77,7 +77,10 @@ def _make_logger_factory(meter: StallMeter, state: EngineState) -> Any:
             details = scheduler_stats.iteration_details
             if details is not None and not details.is_dummy:
                 now = time.monotonic()
-                span_s = self.spans.span_s(now, details.elapsed_ms / 1000.0, state.running)
+                frontend_s = self.spans.output_interval_s(now)
+                itl = getattr(iteration_stats, "inter_token_latencies_iter", None) or ()
+                span_s = self.spans.span_s(now, details.elapsed_ms / 1000.0, state.running,
+                                           engine_interval_s(itl))
                 meter.engine_step(now, span_s)
                 if state.on_step is not None:
                     state.on_step(EngineStep(
@@ -89,7 +92,9 @@ def _make_logger_factory(meter: StallMeter, state: EngineState) -> Any:
                         encoder_inputs=details.num_encoder_inputs,
                         encoder_tokens=details.num_encoder_output_tokens,
                         running=state.running, waiting=state.waiting,
-                        kv_cache_usage=state.kv_cache_usage))
+                        kv_cache_usage=state.kv_cache_usage,
+                        output_interval_s=(frontend_s if self.spans.timing
+                                           is StepTiming.ENGINE_INTERVAL else None)))
 
         def log_engine_initialized(self) -> None:
             return None

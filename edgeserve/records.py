@@ -312,6 +312,9 @@ class EngineStep(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False, tag
     running: int = 0  # the scheduler's running set after the step
     waiting: int = 0
     kv_cache_usage: float = 0.0  # fraction of KV blocks in use
+    # where the span is the engine core's interval (step_timing "engine_interval"): the interval
+    # since the previous step's output reached the frontend, which also holds the frontend's pacing
+    output_interval_s: float | None = None
     # image requests handed to the engine while this step ran: the runtime does not write it, the
     # calibrator counts it from the request records (sim.fit.step_fit.image_arrivals)
     image_arrivals: int = 0

@@ -12,6 +12,9 @@ phase            what it identifies
 fresh shapes     each image size of the ladder and a text prompt once, alone, after an idle
                  gap: cold steps (a shape's first run), the engine-idle prefill and vLLM's
                  input processing
+warm shapes      the same again, each shape warm: vLLM's input processing with the engine and
+                 the frontend idle (in the image mix the frontend takes in images while the
+                 engine waits, and an idle engine is not an idle frontend)
 text prompts     text-only requests one at a time, prompts from a few to hundreds of words:
                  the prefill term without images
 batch ladder     text requests with long outputs, closed loop at 1, 2, 4 … max_num_seqs in
@@ -166,14 +169,18 @@ def design(cfg: ScheduleConfig) -> Schedule:
     gap = min(cfg.idle_gap_s, b / 60)  # a short run keeps its idle gaps short too
     cfg = replace(cfg, idle_gap_s=gap)
     fresh_s = (len(ladder) + 1) * (gap + 1.0)
-    rest = b - fresh_s - 3 * gap  # three phases start after an idle gap
+    rest = b - 2 * fresh_s - 3 * gap  # three phases start after an idle gap
     if rest < 10:
-        raise ValueError(f"a budget of {b:g} s leaves {rest:.0f} s after the fresh shapes "
-                         f"({fresh_s:.0f} s): give at least {fresh_s + 3 * gap + 10:.0f} s")
+        raise ValueError(f"a budget of {b:g} s leaves {rest:.0f} s after the fresh and warm "
+                         f"shapes ({2 * fresh_s:.0f} s): give at least "
+                         f"{2 * fresh_s + 3 * gap + 10:.0f} s")
     depths = batch_depths(cfg.max_num_seqs)
     long_out = "48-96"
     phases = [Phase("fresh shapes", PhaseKind.FRESH_SHAPES,
                     "cold steps, engine-idle prefill and input processing: each shape once, alone",
+                    fresh_s, sizes=ladder, output_len="8", idle_before_s=0.0),
+              Phase("warm shapes", PhaseKind.FRESH_SHAPES,
+                    "input processing with the engine and the frontend idle: each shape again",
                     fresh_s, sizes=ladder, output_len="8", idle_before_s=0.0),
               Phase("text prompts", PhaseKind.TEXT, "prefill per prompt token, one at a time",
                     rest * SHARES["text"], concurrency=1, output_len="4-8",

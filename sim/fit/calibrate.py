@@ -147,8 +147,8 @@ def calibrate_traces(data: TraceData) -> Calibration:
     fitted = quiet if use_quiet else warm
     run_of = {id(s): k for k, (a, b) in enumerate(runs) for s in data.steps[a:b]}
     # steps timed by output intervals (async scheduling, a GPU) are exact in sum, not one by one
-    window = (STEP_WINDOW if cal.engine.get("step_timing") == StepTiming.OUTPUT_INTERVAL.value
-              else 1)
+    timing = cal.engine.get("step_timing", StepTiming.ELAPSED.value)
+    window = STEP_WINDOW if timing in {t.value for t in StepTiming if t.by_interval} else 1
     # a prefill beside decoders costs more with their context only on vLLM's CPU backend, which
     # attends it over the whole batch's keys, and a step of several images more than their
     # single-image costs only in its CPU tower (STEP_FEATURES); a GPU's varlen attention does

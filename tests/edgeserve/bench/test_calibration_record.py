@@ -77,8 +77,10 @@ def test_the_schedule_has_every_phase_reaches_max_num_seqs_and_fits_its_budget()
     quiet = next(p for p in s.phases if p.kind is PhaseKind.QUIET)
     assert contention.image_rate_rps > 0 and quiet.image_rate_rps == 0
     assert contention.concurrency == quiet.concurrency == 6
-    fresh = next(p for p in s.phases if p.kind is PhaseKind.FRESH_SHAPES)
-    assert fresh.sizes == image_ladder(CFG)
+    # every shape alone twice: first cold, then warm (input processing with all else idle)
+    fresh = [p for p in s.phases if p.kind is PhaseKind.FRESH_SHAPES]
+    assert [p.name for p in fresh] == ["fresh shapes", "warm shapes"]
+    assert all(p.sizes == image_ladder(CFG) for p in fresh)
     with pytest.raises(ValueError, match="give at least"):
         design(ScheduleConfig(budget_s=10))
 
