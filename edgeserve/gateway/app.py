@@ -92,7 +92,7 @@ async def health(request: web.Request) -> web.Response:
                    "battery_source": r.battery_source.value, "cpu_util": r.cpu_util},
         "targets": [{"name": t.label, "up": t.up(now), "queue_len": t.queue_len,
                      "running": t.running, "inflight": t.inflight, "calls": t.calls,
-                     "failures": t.failures, "service_s": t.service_s.value,
+                     "failures": t.failures, "service_s": t.estimate.service.value,
                      "rtt_s": t.link.rtt_s.value} for t in state.targets],
     })
 

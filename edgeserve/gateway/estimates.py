@@ -1,26 +1,19 @@
-"""Moving estimates of what the gateway measures: latencies, link round trips, throughput.
+"""Moving estimates of what the gateway measures: link round trips, throughput, service times.
 
-An exponentially weighted moving average forgets old calls at a fixed rate: after ``n`` calls
-an observation weighs ``(1 − alpha)^n``, so with ``alpha = 0.3`` the last five calls carry over
-80 % of the estimate. It starts at a given prior so that a policy has an answer before the first
-call, and :attr:`Ewma.count` says how many measurements it rests on.
+They rest on the simulator's exponentially weighted moving average (:class:`sim.core.ewma.Ewma`,
+re-exported here): it starts at a given prior, so that a policy has an answer before the first
+call, and forgets old calls at a fixed rate (with ``alpha = 0.3`` the last five calls carry over
+80 % of the estimate). A local server's latency estimate is the simulator's own
+:class:`sim.core.observed_estimate.ObservedEstimate`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sim.core.ewma import Ewma
 
-@dataclass(slots=True)
-class Ewma:
-    value: float
-    alpha: float = 0.3
-    count: int = 0
-
-    def add(self, x: float) -> float:
-        self.value = x if self.count == 0 else self.value + self.alpha * (x - self.value)
-        self.count += 1
-        return self.value
+__all__ = ["Ewma", "LinkEstimate"]
 
 
 @dataclass(slots=True)

@@ -6,10 +6,13 @@ deadline), and the two predictions ``estimate_local_s(job)`` and ``estimate_clou
 
 * queue and running: the least-loaded up local server's, from its ``/metrics`` and the gateway's
   own in-flight requests (:class:`~edgeserve.gateway.targets.Target`);
-* local latency: one request's service time × ``(1 + queue)``. The service time is the moving
-  average of observed ones, or — with ``--profile`` — the simulator's own
-  :meth:`sim.core.device.Device.estimate_local_s` for the job's sizes on an idle simulated device of
-  that profile, scaled by the moving ratio of observed to predicted;
+* local latency: the simulator's :class:`~sim.core.observed_estimate.ObservedEstimate`, the same
+  code a replay of the gateway's trace gives its simulated device: one request's service time ×
+  ``(1 + queue)``. The service time is the moving average of observed ones, or — with
+  ``--profile`` — the simulator's own :meth:`sim.core.device.Device.estimate_local_s` for the
+  job's sizes on an idle simulated device of that profile
+  (:func:`sim.core.device.idle_device`), scaled by the moving ratio of observed to predicted;
+  each local server has its own;
 * cloud latency: the first up cloud endpoint's measured RTT + upload at the measured throughput
   + its observed service time;
 * temperature and battery: :class:`~edgeserve.gateway.sensors.Sensors`;
@@ -27,11 +30,10 @@ from dataclasses import dataclass
 
 from edgeserve.gateway.sensors import Sensors
 from edgeserve.gateway.targets import Target
-from sim.core.device import Device
+from sim.core.device import Device, idle_device
 from sim.core.job import Job
-from sim.core.loop import EventLoop
+from sim.core.observed_estimate import ObservedEstimate
 from sim.core.offload import RADIO_W
-from sim.scenario.config import LinkConfig
 from sim.scenario.profiles import DeviceProfile
 
 
@@ -57,8 +59,9 @@ class LiveDevice:
         self.loop = WallClock()
         self._sim: Device | None = None
         if profile is not None:
-            self._sim = Device(EventLoop(), "gateway", profile, LinkConfig(), None, "gateway",
-                               lambda job: None)
+            self._sim = idle_device(profile, "gateway")
+            for t in locals_:
+                t.estimate = ObservedEstimate(self._sim.estimate_local_s)
         self.battery_low_fraction = (profile.battery.low_fraction
                                      if profile is not None and profile.battery else 0.2)
 
@@ -103,22 +106,11 @@ class LiveDevice:
         return self.sensors.reading.battery_fraction
 
     # ---- predictions ---------------------------------------------------------------------
-    def profile_estimate_s(self, job: Job) -> float | None:
-        if self._sim is None:
-            return None
-        return self._sim.estimate_local_s(job)
-
-    def service_estimate_s(self, target: Target, job: Job) -> float:
-        prior = self.profile_estimate_s(job)
-        if prior is not None:
-            return prior * target.profile_ratio.value
-        return target.service_s.value
-
     def estimate_local_s(self, job: Job) -> float:
         t = self.local
         if t is None:
             return math.inf
-        return self.service_estimate_s(t, job) * (1 + t.queue_len)
+        return t.estimate.estimate_s(job, t.queue_len)
 
     def estimate_cloud_s(self, job: Job) -> float:
         c = self.cloud
@@ -136,8 +128,5 @@ class LiveDevice:
         return c.target.link.transfer_s(job.rec.image_bytes + 2000) * RADIO_W
 
     def observe_local(self, target: Target, job: Job, latency_s: float, queue_seen: int) -> None:
-        service = latency_s / (1 + queue_seen)
-        target.service_s.add(service)
-        prior = self.profile_estimate_s(job)
-        if prior is not None and prior > 0:
-            target.profile_ratio.add(service / prior)
+        """A local call finished ``latency_s`` after its dispatch, which saw ``queue_seen``."""
+        target.estimate.observe(job, latency_s, queue_seen)

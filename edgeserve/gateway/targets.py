@@ -3,8 +3,11 @@
 A :class:`Target` holds its config, the requests the gateway has in flight to it, the queue and
 running counts last read from its ``/metrics`` (edgeserve's ``edgeserve_queue_depth`` gauges, or
 a stock vLLM server's ``vllm:num_requests_*``), and moving estimates of its latency: for a local
-server the service time of one request (observed latency over ``1 + queue`` at dispatch), for a
-cloud endpoint its link and service (:class:`~edgeserve.gateway.estimates.LinkEstimate`). A target
+server the simulator's :class:`~sim.core.observed_estimate.ObservedEstimate` (one request's
+service time — observed latency over ``1 + queue`` at dispatch — or, with a device profile, the
+profile's idle prediction times the moving ratio of observed to predicted service; the live
+device gives it the profile), for a cloud endpoint its link and service
+(:class:`~edgeserve.gateway.estimates.LinkEstimate`). A target
 that failed (refused, timed out, 5xx) is skipped for ``down_s`` seconds.
 """
 
@@ -16,6 +19,7 @@ from dataclasses import dataclass, field
 
 from edgeserve.gateway.config import LARGE, SMALL, Place, TargetConfig
 from edgeserve.gateway.estimates import Ewma, LinkEstimate
+from sim.core.observed_estimate import ObservedEstimate
 
 _WAITING = ("preproc_queue", "engine_waiting")
 _RUNNING = ("preproc_running", "engine_running")
@@ -30,8 +34,7 @@ class Target:
     polled_waiting: int = 0
     polled_running: int = 0
     down_until_s: float = 0.0
-    service_s: Ewma = field(default_factory=lambda: Ewma(1.0))  # local: one request, no queue
-    profile_ratio: Ewma = field(default_factory=lambda: Ewma(1.0))  # observed / profile estimate
+    estimate: ObservedEstimate = field(default_factory=lambda: ObservedEstimate(None))  # local
     link: LinkEstimate = field(init=False)
     calls: int = 0
     failures: int = 0

@@ -46,6 +46,7 @@ from sim.core.encoder_unit import EncoderUnit
 from sim.core.heat import Heat, NodeHeat
 from sim.core.job import Job
 from sim.core.loop import EventLoop
+from sim.core.observed_estimate import ObservedEstimate
 from sim.core.offload import OffloadPath
 from sim.core.service import Draws, Linear, ServiceTime, mean_of_sum
 from sim.core.step_engine import StepEngine
@@ -174,6 +175,9 @@ class Device:
         # decisions
         self.decisions = 0
         self.offloaded = 0
+        # the gateway's local estimate in place of the model's (a device entry's
+        # observed_estimate; set and fed by the simulation)
+        self.observed: ObservedEstimate | None = None
         # heat: a thermal_network profile has two nodes and per-unit clocks and governors
         # (sim.core.device_network), any other one node (sim.core.heat)
         self.net: DeviceNetwork | None = None
@@ -300,7 +304,11 @@ class Device:
         return s
 
     def estimate_local_s(self, job: Job) -> float:
-        """Predicted latency if ``job`` ran here now (queues, clock and batch included)."""
+        """Predicted latency if ``job`` ran here now (queues, clock and batch included); with
+        :attr:`observed`, the gateway's estimate instead: the idle prediction × the observed ratio
+        × (1 + :attr:`queue_len`)."""
+        if self.observed is not None:
+            return self.observed.estimate_s(job, self.queue_len)
         work = self._pre_mean.mean_s(job)  # image decode + resize + normalize + encode
         cpu = self.cpu
         if cpu.queue:
@@ -407,3 +415,13 @@ class Device:
     def cloud_done(self, job: Job) -> None:
         """The cloud finished ``job``; its answer comes back over the downlink."""
         self.uplink.cloud_done(job)
+
+
+def idle_device(profile: DeviceProfile, name: str = "idle") -> Device:
+    """A device of ``profile`` that nothing runs on (its own loop, no link, no cloud): its
+    :meth:`Device.estimate_local_s` is the profile's prediction for a job on an idle device."""
+    return Device(EventLoop(), name, profile, LinkConfig(), None, name, _ignore)
+
+
+def _ignore(job: Job) -> None:
+    pass

@@ -38,10 +38,11 @@ from edgeserve.records import (
     TraceWriter,
 )
 from sim.core.cloud import CloudServer
-from sim.core.device import Device
+from sim.core.device import Device, idle_device
 from sim.core.fleet import instances
 from sim.core.job import Job
 from sim.core.loop import EventLoop
+from sim.core.observed_estimate import ObservedEstimate
 from sim.core.policies import Placement, Policy, make_policy
 from sim.core.report import Summary, summarize
 from sim.core.stats import StatsCollector
@@ -104,6 +105,8 @@ class Simulation:
             cloud = self.clouds[entry.cloud] if entry.cloud is not None else default_cloud
             for name, profile, workload, link in instances(entry, seed_s):  # count, jitter
                 dev = Device(self.loop, name, profile, link, cloud, seed_s, self._finished)
+                if entry.observed_estimate:  # the gateway's local estimate (see _observe)
+                    dev.observed = ObservedEstimate(idle_device(profile, name).estimate_local_s)
                 self.devices.append(dev)
                 self._stats.register(name, entry.name)
                 stream = arrivals(workload, random.Random(f"{seed_s}:workload:{name}"),
@@ -347,6 +350,8 @@ class Simulation:
             return
         d = self.policy.decide(job, dev)
         rec.decision_reason = d.reason
+        if dev.observed is not None:
+            self._decision_seen(job, dev)
         if d.resolution_scale != 1.0:
             self._downgrade(job, src.geom, d.resolution_scale, text)
         dev.decisions += 1
@@ -371,6 +376,27 @@ class Simulation:
             rec.outcome = Outcome.DROPPED
             rec.error = d.reason
             self._finished(job)
+
+    @staticmethod
+    def _decision_seen(job: Job, dev: Device) -> None:
+        """What the decision saw, in the record as the gateway writes it: the device's queue (the
+        queue the request is dispatched behind) and both predictions."""
+        rec = job.rec
+        rec.decision_queue = dev.queue_len
+        local, cloud = dev.estimate_local_s(job), dev.estimate_cloud_s(job)
+        rec.predicted_local_s = local if local != math.inf else None
+        rec.predicted_cloud_s = cloud if cloud != math.inf else None
+
+    @staticmethod
+    def _observe(obs: ObservedEstimate, job: Job) -> None:
+        """A request that finished on the device's main model, observed as the gateway observes a
+        finished local call: its latency from dispatch (here its arrival, where it was decided)
+        and the queue its dispatch saw. One that failed, was refused or ran on a smaller model
+        (whose idle prediction is not the main model's) is not observed."""
+        rec = job.rec
+        end = rec.finished_s
+        if rec.placement == "local" and rec.outcome is Outcome.OK and end is not None:
+            obs.observe(job, end - rec.arrived_s, rec.decision_queue or 0)
 
     def _stop_sources(self) -> None:
         for s in self._sources:
@@ -403,6 +429,9 @@ class Simulation:
         rec = job.rec
         if in_system == 0 and self._open_sources == 0:
             self.loop.stop()  # the last request left: the run ends here (not after cool-down)
+        dev: Device = job.device
+        if dev.observed is not None:
+            self._observe(dev.observed, job)
         pending = self._pending
         pending.append(rec)  # stats and recent take records in batches (see _fold)
         if len(pending) >= _BATCH:

@@ -4,7 +4,12 @@
 size and bytes, token counts, and the header names the gateway's policy (with its parameters)
 and device profile. Replaying it builds a one-device scenario: the trace's device profile, the
 trace's policy, a ``replay`` workload of the trace's own records (``trace_device: gateway``), and
-the base scenario's link and cloud (``edgeserve sim``'s default, or the one given). Where the
+the base scenario's link and cloud (``edgeserve sim``'s default, or the one given). The device's
+local estimate is the gateway's (``observed_estimate``, :mod:`sim.core.observed_estimate`): the
+idle profile's prediction × the moving ratio of observed to predicted service, learnt from the
+simulated device's finished local requests, × (1 + queue), so the policy reads the function the
+live gateway read (``--set 'devices[0].observed_estimate=false'`` gives it the simulated
+device's own queue-aware estimate instead). Where the
 records carry the link the gateway measured (``link_rtt_s``, ``link_uplink_mbps``), the device's
 link is that one instead (:func:`measured_link`). With ``cloud_profile``, a calibrated server
 profile (``edgeserve calibrate``) of the server that stood for the cloud, the cloud is that server
@@ -171,7 +176,8 @@ def replay_scenario(trace: str | Path, header: TraceHeader, records: list[Reques
     device: dict[str, Any] = {
         "name": GATEWAY_DEVICE, "profile": meta.get("profile") or DEFAULT_PROFILE,
         "workload": {"kind": "replay", "trace": str(Path(trace).resolve()),
-                     "trace_device": GATEWAY_DEVICE}}
+                     "trace_device": GATEWAY_DEVICE},
+        "observed_estimate": True}
     link = measured_link(records)
     if link is not None:
         device["link"] = link

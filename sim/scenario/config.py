@@ -217,6 +217,11 @@ class DeviceEntry:
     The copies are named ``NAME-0`` … ``NAME-<count−1>`` and each draws from its own random
     streams (seeded by scenario seed and device name); ``jitter`` spreads their parameters. The
     entry is the devices' *class* in summaries.
+
+    ``observed_estimate``: the policy reads the local latency the way ``edgeserve gateway`` predicts
+    it (:mod:`sim.core.observed_estimate`: the idle prediction × the moving ratio of observed to
+    predicted service × (1 + queue)), learnt from the device's own finished local requests, in
+    place of the device's queue-aware model estimate. A replay of a gateway trace turns it on.
     """
 
     name: str
@@ -226,6 +231,7 @@ class DeviceEntry:
     count: int = 1
     cloud: str | None = None  # server to offload to; None: the first one
     jitter: JitterConfig = field(default_factory=JitterConfig)
+    observed_estimate: bool = False  # the gateway's local estimate (see above)
 
     def __post_init__(self) -> None:
         positive(self.count, "count")

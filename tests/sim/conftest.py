@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -57,3 +58,22 @@ def small_fleet(**overrides: Any) -> dict[str, Any]:
 @pytest.fixture
 def fleet_raw() -> dict[str, Any]:
     return small_fleet()
+
+
+def gateway_trace(path: Path, profile: str, requests: int, spacing_s: float,
+                  policy: str = "predicted_latency") -> Path:
+    """A trace as ``edgeserve gateway --trace`` writes it: ``requests`` 640×480 photos with one
+    output token each, ``spacing_s`` apart, decided on ``profile`` under ``policy``, with the
+    cloud link the gateway measured (50 ms, 20 Mbit/s)."""
+    from edgeserve.records import RequestRecord, TraceHeader, TraceWriter
+
+    w = TraceWriter(str(path), TraceHeader(producer="edgeserve gateway",
+                                           meta={"policy": policy, "profile": profile}))
+    for i in range(requests):
+        w.write(RequestRecord(
+            id=f"gw-{i}", device="gateway", arrived_s=100.0 + spacing_s * i, placement="local:dev",
+            image_bytes=40_000, num_images=1, source_width=640, source_height=480,
+            image_tokens=280, prompt_tokens=300, output_tokens=1, max_tokens=1,
+            link_rtt_s=0.05, link_uplink_mbps=20.0))
+    w.close()
+    return path

@@ -1,0 +1,25 @@
+"""An exponentially weighted moving average: a measured quantity that forgets old observations.
+
+After ``n`` more observations an observation weighs ``(1 − alpha)^n``, so with ``alpha = 0.3``
+the last five carry over 80 % of the value. It starts at a given prior, so that a reader has an
+answer before the first observation; the first observation replaces the prior, and
+:attr:`Ewma.count` says how many observations the value rests on. The gateway's latency and link
+estimates (:mod:`edgeserve.gateway.estimates`) and the observed local estimate
+(:mod:`sim.core.observed_estimate`) are built on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class Ewma:
+    value: float
+    alpha: float = 0.3
+    count: int = 0
+
+    def add(self, x: float) -> float:
+        self.value = x if self.count == 0 else self.value + self.alpha * (x - self.value)
+        self.count += 1
+        return self.value
