@@ -39,6 +39,7 @@ import math
 import os
 import pickle
 import shlex
+import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -287,6 +288,11 @@ async def run_server(cfg: GpuCompareConfig, server: Server, gpu: GpuBusySampler)
     cfg.trace(server).parent.mkdir(parents=True, exist_ok=True)
     # /health: edgeserve answers 200 only once warmed up, vllm serve once its engine is up.
     proc = ServerProcess(cfg.argv(server), log, port=cfg.port, ready_path="/health").start()
+    # where the server's threads ran and how busy they were (edgeserve.bench.proc_sampler)
+    threads = subprocess.Popen(
+        [sys.executable, "-m", "edgeserve.bench.proc_sampler", str(proc.pid),
+         str(cfg.trace(server).parent / f"{server}_threads.csv")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         t0 = time.monotonic()
         await proc.wait_ready(cfg.startup_timeout_s)
@@ -294,6 +300,8 @@ async def run_server(cfg: GpuCompareConfig, server: Server, gpu: GpuBusySampler)
         return await sweep_http(cfg, server, proc.pid, gpu)
     finally:
         proc.stop()
+        threads.terminate()
+        threads.wait(timeout=10)
 
 
 def server_summary(sweep: SweepResult) -> dict[str, Any]:

@@ -90,6 +90,8 @@ calibrate)
         --max-num-seqs 64 --gpu-memory-utilization 0.85 --port 8200 --trace "$CAL/calibration.jsonl" \
         --engine-log "$CAL/engine.log" > "$CAL/server.log" 2>&1 &
     server=$!
+    $PY -m edgeserve.bench.proc_sampler $server "$CAL/threads.csv" > /dev/null 2>&1 &
+    lscpu > "$CAL/lscpu.txt" 2>&1 || true
     for _ in $(seq 400); do
         $PY -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8200/health', timeout=2)" \
             2>/dev/null && break
