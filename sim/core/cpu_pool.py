@@ -9,7 +9,8 @@ the worker). Every stage's time is drawn from its fitted model and stretched by 
 **Shared cores** (a profile's ``host:``): on a CPU-only server the workers and the engine's
 threads share ``host_cores`` cores, and each slows the other down. A job runs ``max(1, busy /
 host_cores)`` times its time (``busy`` workers, itself included, as it starts) while the engine
-is between steps, and ``max(1, (busy + engine_threads) / host_cores)`` times while a step runs:
+is between steps, and ``max(1, (busy + D) / host_cores)`` times while a step runs (``D`` the
+host's ``in_step_demand``: the engine's threads, or the demand the calibration measured):
 its time is ``W`` (the stages' drawn times) stretched over the seconds it overlaps the engine's
 steps, the steps that start during it included. It is scheduled to end as if no further step
 started, and put back when the steps it overlapped say it has work left (at most once per step).
@@ -59,6 +60,7 @@ class CpuPool:
         self.shared = host is not None
         self.host_cores = host.cores if host is not None else 0
         self.engine_threads = host.engine_threads if host is not None else 0
+        self.engine_demand = host.in_step_demand if host is not None else 0.0  # inside a step
         self.step_kappa = host.step_extra_s_per_worker_s if host is not None else 0.0
         self.step_kappa_over = host.kappa_over if host is not None else 0.0
         self.spare_cores = host.free_cores if host is not None else 1  # beside a step
@@ -144,7 +146,7 @@ class CpuPool:
             busy = self.cores - len(self.free_cores)  # this worker included
             hc = self.host_cores
             s_out = busy / hc if busy > hc else 1.0
-            demand = busy + self.engine_threads
+            demand = busy + self.engine_demand
             s_in = demand / hc if demand > hc else 1.0
             e = self.step_engine
             left = e.step_end_s - now if e is not None and e.in_step else 0.0

@@ -59,6 +59,7 @@ from sim.fit.host_effects import (
     contention,
     fit_drift,
     fit_drift_start,
+    fit_engine_demand,
     worker_busy,
     worker_stretch,
 )
@@ -111,7 +112,11 @@ def calibrate_traces(data: TraceData) -> Calibration:
     # on a CPU host the simulator stretches preprocessing that shares the cores with busy
     # workers and a stepping engine (host:): the stage fits leave that stretch out of their times
     shared = engine_meta.get("platform", "cpu") == "cpu" and host_cores > 0 and bool(data.steps)
-    stretch = worker_stretch(data.records, data.steps, host_cores, engine_threads or host_cores,
+    # the engine's demand on the cores inside a step: fitted where the trace tells it
+    demand = (fit_engine_demand(data.records, data.steps, host_cores, engine_threads or host_cores,
+                                through_encode=embeds) if shared else None)
+    in_step = demand[0] if demand is not None else float(engine_threads or host_cores)
+    stretch = worker_stretch(data.records, data.steps, host_cores, in_step,
                              through_encode=embeds) if shared else None
     cal = fit_stages(data.records, stretch)
     cal.engine = engine_meta
@@ -119,6 +124,8 @@ def calibrate_traces(data: TraceData) -> Calibration:
     cal.admission = {k: int(data.meta[k]) for k in ("max_pending", "max_inflight",
                                                       "max_engine_queue") if data.meta.get(k)}
     cal.engine_threads = engine_threads
+    if demand is not None:
+        cal.engine_demand, cal.engine_demand_n = demand
     cal.steps = len(data.steps)
     kv = kv_cache(cal.engine)  # a hybrid model's state blocks are not context (sim.fit.engine_kv)
     ok = [r for r in data.records if r.outcome is Outcome.OK]

@@ -29,6 +29,10 @@ class Calibration:
     engine: dict[str, Any] = field(default_factory=dict)  # limits from the trace header
     host_cores: int = 0
     engine_threads: int = 0  # cores the engine's model worker may run on
+    # the threads' worth of the cores a step takes from a worker beside it (fit_engine_demand;
+    # None: not told by the trace, engine_threads stands)
+    engine_demand: float | None = None
+    engine_demand_n: int = 0
     contention: float = 0.0  # extra step seconds per second a worker was busy during it (κ)
     # the same for the worker-seconds beyond the cores the engine leaves free (κ₊; None: κ)
     contention_over: float | None = None

@@ -27,6 +27,10 @@ def format_fits(cal: Calibration) -> str:
             lines.append(f"  {'contention':13s} steps +{cal.contention:.3f} s per second a worker was busy"
                          f"{over} (n {cal.contention_n}, {cal.host_cores} cores, engine on "
                          f"{cal.engine_threads})")
+        if cal.engine_demand is not None:
+            lines.append(f"  {'in-step share':13s} a step takes {cal.engine_demand:.2f} threads' "
+                         f"worth of the cores from a worker beside it (n {cal.engine_demand_n}, "
+                         f"engine on {cal.engine_threads or cal.host_cores})")
     if cal.cold_n:
         lines.append(f"  {'cold shapes':13s} steps +{cal.cold_factor * 100:.0f} % the first time "
                      f"a server ran their prefill length or image size (n {cal.cold_n})")

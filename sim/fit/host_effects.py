@@ -99,42 +99,104 @@ def contention_s(s: EngineStep, workers: dict[int, Intervals], period_s: float, 
     return kappa * inside + (kappa if kappa_over is None else kappa_over) * beyond
 
 
-def worker_stretch(recs: Iterable[RequestRecord], steps: list[EngineStep], host_cores: int,
-                   engine_threads: int, through_encode: bool = False) -> dict[int, float]:
-    """Each request's preprocessing stretch as the simulator prices it
-    (:class:`sim.core.cpu_pool.CpuPool`): its span ran ``s_out = max(1, busy / host_cores)``
-    times its work while the engine was between steps and ``s_in = max(1, (busy +
-    engine_threads) / host_cores)`` times while a step ran (``busy``: the workers busy as its
-    work started, itself included). With ``O`` the seconds of its span ``T`` inside steps (a gap
-    under ``ENGINE_GAP_S`` between two steps counts as inside: the simulated engine runs its steps
-    back to back, the gap in their time), its work is ``W = (T − O) / s_out + O / s_in`` and its
-    stretch ``T / W``. Keyed by ``id(record)``; the calibration divides the measured stage times
-    by it, so that the simulator, stretching them again, gives back what was measured instead of
-    counting the contention twice."""
-    recs = [r for r in recs if r.preproc_start_s is not None and r.worker is not None]
-    if host_cores <= 0:
-        return {id(r): 1.0 for r in recs}
+def _worker_spans(recs: list[RequestRecord], steps: list[EngineStep],
+                  through_encode: bool) -> list[tuple[RequestRecord, int, float, float]]:
+    """Each preprocessed request's (record, workers busy as it started — itself included —,
+    span ``T``, seconds ``O`` of it inside steps). A gap under ``ENGINE_GAP_S`` between two steps
+    counts as inside: the simulated engine runs its steps back to back, the gap in their time."""
     busy = worker_busy(recs, through_encode=through_encode)
     spans = sorted((x.t_s - x.duration_s, x.t_s) for x in steps)
     stepping = Intervals((a, nxt[0] if nxt[0] - b < ENGINE_GAP_S else b)
                          for (a, b), nxt in zip(spans, [*spans[1:], (math.inf, math.inf)],
                                                 strict=True))
-    out = {}
+    out = []
     for r in recs:
         t = float(r.preproc_start_s)  # type: ignore[arg-type]
         end = r.encode_end_s if through_encode and r.encode_end_s is not None \
             else r.normalize_end_s
         demand = sum(1 for iv in busy.values() if iv.fraction(t, t + 1e-6) > 0.5)
-        demand = max(demand, 1)
-        s_out = max(1.0, demand / host_cores)
-        s_in = max(1.0, (demand + engine_threads) / host_cores)
         span = float(end) - t if end is not None else 0.0
-        if span <= 0.0:
-            out[id(r)] = s_out
-            continue
-        inside = stepping.fraction(t, t + span) * span
-        out[id(r)] = span / ((span - inside) / s_out + inside / s_in)
+        inside = stepping.fraction(t, t + span) * span if span > 0.0 else 0.0
+        out.append((r, max(demand, 1), span, inside))
     return out
+
+
+def _work_s(span: float, inside: float, busy: int, host_cores: int, engine_demand: float) -> float:
+    s_out = max(1.0, busy / host_cores)
+    s_in = max(1.0, (busy + engine_demand) / host_cores)
+    return (span - inside) / s_out + inside / s_in
+
+
+def worker_stretch(recs: Iterable[RequestRecord], steps: list[EngineStep], host_cores: int,
+                   engine_demand: float, through_encode: bool = False) -> dict[int, float]:
+    """Each request's preprocessing stretch as the simulator prices it
+    (:class:`sim.core.cpu_pool.CpuPool`): its span ran ``s_out = max(1, busy / host_cores)``
+    times its work while the engine was between steps and ``s_in = max(1, (busy +
+    engine_demand) / host_cores)`` times while a step ran (``busy``: the workers busy as its
+    work started, itself included; ``engine_demand``: the threads a step keeps busy, or
+    :func:`fit_engine_demand`'s figure). With ``O`` the seconds of its span ``T`` inside steps,
+    its work is ``W = (T − O) / s_out + O / s_in`` and its stretch ``T / W``. Keyed by
+    ``id(record)``; the calibration divides the measured stage times by it, so that the
+    simulator, stretching them again, gives back what was measured instead of counting the
+    contention twice."""
+    recs = [r for r in recs if r.preproc_start_s is not None and r.worker is not None]
+    if host_cores <= 0:
+        return {id(r): 1.0 for r in recs}
+    out = {}
+    for r, busy, span, inside in _worker_spans(recs, steps, through_encode):
+        if span <= 0.0:
+            out[id(r)] = max(1.0, busy / host_cores)
+            continue
+        out[id(r)] = span / _work_s(span, inside, busy, host_cores, engine_demand)
+    return out
+
+
+DEMAND_STEP = 0.05  # the resolution of fit_engine_demand's search, in threads
+MIN_OVERLAPPED = 12  # requests with some of their span inside steps, for fit_engine_demand
+
+
+def fit_engine_demand(recs: Iterable[RequestRecord], steps: list[EngineStep], host_cores: int,
+                      engine_threads: int, through_encode: bool = False
+                      ) -> tuple[float, int] | None:
+    """The engine's demand on the shared cores while a step runs, in threads, and the requests
+    it rests on; None where the trace does not tell it.
+
+    ``s_in = (busy + D) / host_cores`` with ``D`` the engine's threads assumes the scheduler
+    shares the cores evenly. It does not: on one core shared by a worker and vLLM's CPU engine
+    (AMX Xeon, 2026-12-07) a worker's stage took 0.67–0.78 s longer per second inside steps, a
+    quarter of its speed where an even share gives half. The requests of one source size do the
+    same work, whatever part of their span the steps covered; ``D`` is the value (searched from
+    0 to ``4 × host_cores`` threads) under which their works ``W`` (:func:`worker_stretch`)
+    spread least, as the sum over sizes of the variance of ``log W``. Sizes with fewer than three
+    requests are left out, and at least ``MIN_OVERLAPPED`` requests that ran partly or wholly
+    inside steps must be of sizes whose requests' inside fractions span 0.3 or more (the
+    contrast that tells the two rates apart)."""
+    recs = [r for r in recs if r.preproc_start_s is not None and r.worker is not None]
+    if host_cores <= 0 or not steps:
+        return None
+    groups: dict[tuple[int, int], list[tuple[int, float, float]]] = {}
+    for r, busy, span, inside in _worker_spans(recs, steps, through_encode):
+        if span > 0.0:
+            groups.setdefault((r.source_width, r.source_height), []).append((busy, span, inside))
+    rows = [g for g in groups.values() if len(g) >= 3]
+    # a size tells the in-step rate where its requests ran inside steps to different extents
+    told = [g for g in rows if np.ptp([inside / span for _, span, inside in g]) >= 0.3]
+    if sum(1 for g in told for _, span, inside in g if inside / span > 0.05) < MIN_OVERLAPPED:
+        return None
+    arrays = [np.asarray(g, dtype=float) for g in rows]
+
+    def spread(d: float) -> float:
+        total = 0.0
+        for a in arrays:
+            busy, span, inside = a[:, 0], a[:, 1], a[:, 2]
+            s_out = np.maximum(1.0, busy / host_cores)
+            s_in = np.maximum(1.0, (busy + d) / host_cores)
+            total += float(np.var(np.log((span - inside) / s_out + inside / s_in)))
+        return total
+
+    grid = np.arange(0.0, 4.0 * host_cores + DEMAND_STEP / 2, DEMAND_STEP)
+    best = float(grid[int(np.argmin([spread(float(d)) for d in grid]))])
+    return round(best, 2), sum(len(g) for g in rows)
 
 
 ENGINE_GAP_S = 0.05  # two steps closer than this: the engine worked between them

@@ -98,6 +98,8 @@ def to_profile(cal: Calibration, base: dict[str, Any] | None, name: str,
                         "step_extra_s_per_worker_s": round(cal.contention, 4)}
         if cal.contention_over is not None:
             prof["host"]["step_extra_s_per_oversubscribed_worker_s"] = round(cal.contention_over, 4)
+        if cal.engine_demand is not None:
+            prof["host"]["engine_demand_threads"] = cal.engine_demand
     if cal.uncertainty is not None and cal.uncertainty.models:
         # llm.step holds the step's own time (models.step) plus the gap before it (models.step_gap)
         prof["uncertainty"] = cal.uncertainty.as_dict()

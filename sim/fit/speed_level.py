@@ -86,8 +86,10 @@ def worker_level(cal: Calibration, data: TraceData) -> float | None:
     if not recs:
         return None
     shared = cal.engine.get("platform", "cpu") == "cpu" and cal.host_cores > 0 and bool(data.steps)
-    stretch = (worker_stretch(recs, data.steps, cal.host_cores,
-                              cal.engine_threads or cal.host_cores, through_encode=through_encode)
+    in_step = (cal.engine_demand if cal.engine_demand is not None
+               else float(cal.engine_threads or cal.host_cores))
+    stretch = (worker_stretch(recs, data.steps, cal.host_cores, in_step,
+                              through_encode=through_encode)
                if shared else {})
     measured = modelled = 0.0
     for r in recs:

@@ -315,10 +315,17 @@ class HostConfig:
     # threads (None: ``step_extra_s_per_worker_s``). Measured on a 2-core Zen 4 with one engine
     # thread: a decode step beside one busy worker 1.17 × its quiet time, beside two 2.2 ×
     step_extra_s_per_oversubscribed_worker_s: float | None = None
+    # measured: the threads' worth of the cores a running step takes from a worker beside it
+    # (None: engine_threads, an even share). On one core shared by a worker and vLLM's CPU
+    # engine a worker ran at a quarter of its speed inside steps, not half (edgeserve calibrate
+    # fits it: sim.fit.host_effects.fit_engine_demand)
+    engine_demand_threads: float | None = None
 
     def __post_init__(self) -> None:
         positive(self.cores, "cores")
         positive(self.engine_threads, "engine_threads")
+        if self.engine_demand_threads is not None:
+            non_negative(self.engine_demand_threads, "engine_demand_threads")
         non_negative(self.step_extra_s_per_worker_s, "step_extra_s_per_worker_s")
         if self.step_extra_s_per_oversubscribed_worker_s is not None:
             non_negative(self.step_extra_s_per_oversubscribed_worker_s,
@@ -328,6 +335,12 @@ class HostConfig:
     def free_cores(self) -> int:
         """Busy workers that run beside an engine step before they take its cores."""
         return free_cores(self.cores, self.engine_threads)
+
+    @property
+    def in_step_demand(self) -> float:
+        """The engine's threads' worth of demand on the cores while a step runs."""
+        d = self.engine_demand_threads
+        return float(self.engine_threads) if d is None else d
 
     @property
     def kappa_over(self) -> float:

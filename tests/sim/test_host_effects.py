@@ -17,6 +17,7 @@ from edgeserve.records import EngineStep, Outcome, RequestRecord
 from sim.fit.host_effects import (
     Intervals,
     contention,
+    fit_engine_demand,
     fit_kappas,
     worker_seconds_split,
     worker_stretch,
@@ -83,15 +84,75 @@ def test_a_job_beside_a_busy_worker_is_stretched_as_the_simulator_does_while_ste
     # demand 2, ×1.
     recs = [record(0, 0, 0.0, 1.0), record(1, 1, 0.5, 1.5), record(2, 0, 3.0, 1.0)]
     steps = [step(0.4, 0.3), step(0.71, 0.3), step(2.9, 0.5)]
-    got = worker_stretch(recs, steps, host_cores=2, engine_threads=1)
+    got = worker_stretch(recs, steps, host_cores=2, engine_demand=1)
     assert [got[id(r)] for r in recs] == pytest.approx([1.0, 1.502 / 1.332, 1.0])
 
 
 def test_on_one_core_only_the_seconds_beside_steps_count_twice() -> None:
     # one core: a job of 1.002 s with 0.2 s of steps inside ran 0.802 + 0.2 / 2 = 0.902 s of work
     recs = [record(0, 0, 0.0, 1.0)]
-    got = worker_stretch(recs, [step(0.3, 0.2)], host_cores=1, engine_threads=1)
+    got = worker_stretch(recs, [step(0.3, 0.2)], host_cores=1, engine_demand=1)
     assert got[id(recs[0])] == pytest.approx(1.002 / 0.902)
+
+
+def one_core_jobs(demand: float, sizes: dict[int, float], n: int, seed: int = 0
+                  ) -> tuple[list[RequestRecord], list[EngineStep]]:
+    """Jobs one after the other on one core, each of a size's work (± 3 %), beside an engine
+    stepping every 200 ms at a random phase, its steps 0–140 ms long (as busy as the load then;
+    the gaps longer than the engine's own): a job runs at speed 1 between steps and 1 / (1 +
+    ``demand``) inside them."""
+    rng = np.random.default_rng(seed)
+    recs: list[RequestRecord] = []
+    steps: list[EngineStep] = []
+    t, i, period = 0.0, 0, 0.2
+    for _ in range(n):
+        for width, work in sizes.items():
+            start = t + float(rng.uniform(0.0, period))
+            phase = float(rng.uniform(0.0, period))
+            busy = float(rng.uniform(0.0, 0.7)) * period
+            left, now, dt = work * float(rng.uniform(0.97, 1.03)), start, 1e-4
+            while left > 0:
+                inside = (now - phase) % period < busy
+                left -= dt / (1.0 + demand) if inside else dt
+                now += dt
+            if busy > 0:
+                first, last = int((start - phase) // period), int((now - phase) // period)
+                steps += [step(phase + period * j, busy) for j in range(first, last + 1)]
+            r = record(i, 0, start, now - start - 0.002)
+            r.source_width, r.source_height = width, width * 3 // 4
+            recs.append(r)
+            t, i = now + 0.5, i + 1
+    return recs, sorted(steps, key=lambda s: s.t_s)
+
+
+def test_the_engines_demand_inside_steps_is_the_one_that_makes_one_size_one_work() -> None:
+    # a step takes 3.2 threads' worth of the one core from the worker beside it (a worker at
+    # about a quarter of its speed inside steps, as measured on an AMX Xeon): fitted back
+    recs, steps = one_core_jobs(3.2, {640: 0.08, 1280: 0.25}, 15)
+    got = fit_engine_demand(recs, steps, host_cores=1, engine_threads=1)
+    assert got is not None
+    demand, n = got
+    assert demand == pytest.approx(3.2, abs=0.3) and n == 30
+    # the even share (one thread) would have left the works of a size spread out
+    even = worker_stretch(recs, steps, host_cores=1, engine_demand=1.0)
+    fitted = worker_stretch(recs, steps, host_cores=1, engine_demand=demand)
+    def spread(stretch: dict[int, float]) -> float:
+        work = [(r.normalize_end_s - r.preproc_start_s) / stretch[id(r)]  # type: ignore[operator]
+                for r in recs if r.source_width == 1280]
+        return float(np.std(work) / np.mean(work))
+    assert spread(fitted) < 0.6 * spread(even)
+
+
+def test_an_even_share_is_fitted_back_as_one_thread() -> None:
+    recs, steps = one_core_jobs(1.0, {640: 0.08, 1280: 0.25}, 15, seed=1)
+    got = fit_engine_demand(recs, steps, host_cores=1, engine_threads=1)
+    assert got is not None and got[0] == pytest.approx(1.0, abs=0.15)
+
+
+def test_without_jobs_that_overlapped_steps_the_demand_is_not_fitted() -> None:
+    recs = [record(i, 0, 10.0 * i, 0.05) for i in range(30)]  # no step beside any of them
+    assert fit_engine_demand(recs, [step(5.0, 0.02)], host_cores=1, engine_threads=1) is None
+    assert fit_engine_demand(recs, [], host_cores=1, engine_threads=1) is None
 
 
 def test_the_stage_fits_take_the_stretch_out_of_the_measured_times() -> None:

@@ -133,6 +133,20 @@ def test_on_one_core_a_job_is_slowed_only_while_steps_run_beside_it() -> None:
     assert s.steps == pytest.approx([(1.0, 0.1), (1.1, 0.2), (2.175, 0.1)])
 
 
+def test_a_measured_in_step_demand_slows_a_job_beside_steps_more_than_an_even_share() -> None:
+    # as above, with engine_demand_threads 3: inside steps b runs at a quarter of its speed,
+    # 0.05 / 4 + 0.2 / 4 = 0.0625 s of its work, then 0.9375 s alone, to 2.2375. The steps
+    # themselves keep the even share (a's decode step 0.2 s).
+    s = Server(server_profile(step_s=0.1, host={"cores": 1, "engine_threads": 1,
+                                                "engine_demand_threads": 3.0}))
+    s.send("a", 0.0, output_tokens=2)
+    s.send("b", 1.05, output_tokens=1)
+    recs = {r[0]: r for r in s.run()}
+    assert recs["a"] == ("a", 0.0, 1.0, pytest.approx(1.1), pytest.approx(1.3))
+    assert recs["b"][1:] == (1.05, pytest.approx(2.2375), pytest.approx(2.3375),
+                             pytest.approx(2.3375))
+
+
 def test_a_clock_level_and_shared_cores_compose() -> None:
     # DVFS level 1 (scale 2) on top of the ×1.5 of sharing: b's job takes 1 × 2 × 1.5 = 3 s
     s = Server(server_profile(host={"cores": 2, "engine_threads": 2},
@@ -155,6 +169,8 @@ def test_a_clock_level_and_shared_cores_compose() -> None:
      "scenario.devices[0].profile.host.engine_threads: required field is missing"),
     ("devices[0].profile.host", {"cores": 2, "engine_threads": 2, "threads": 1},
      "scenario.devices[0].profile.host.threads: unknown field"),
+    ("devices[0].profile.host", {"cores": 2, "engine_threads": 2, "engine_demand_threads": -0.5},
+     "scenario.devices[0].profile.host.engine_demand_threads: must be >= 0, got -0.5"),
     ("devices[0].profile.host", {"cores": 2.5, "engine_threads": 2},
      "scenario.devices[0].profile.host.cores: expected an integer, got 2.5"),
     # the Jetson profile has no llm.step: its BatchEngine does not model shared cores
