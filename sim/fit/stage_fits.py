@@ -18,16 +18,18 @@ from sim.scenario.fitted_range import FittedRange
 
 
 def _stage(cal: Calibration, stage: str, rows: list[tuple[float, ...]], names: list[str],
-           times_s: list[float]) -> None:
+           times_s: list[float], per_image: bool = False) -> None:
     """Fit ``stage`` from ``rows`` (``(duration, *features)``; ``times_s``: when each happened,
-    kept with the rows for the coefficients' bootstrap, :mod:`sim.fit.coef_bootstrap`)."""
+    kept with the rows for the coefficients' bootstrap, :mod:`sim.fit.coef_bootstrap`).
+    ``per_image``: an image stage, whose cv is its spread among images of one size
+    (:func:`~sim.fit.least_squares.within_group_cv`)."""
     ok = [(r, t) for r, t in zip(rows, times_s, strict=True)
           if r[0] >= 0 and all(math.isfinite(v) for v in r)]
     if len(ok) < MIN_SAMPLES:
         cal.skipped[stage] = f"{len(ok)} usable records (need {MIN_SAMPLES})"
         return
     arr = np.asarray([r for r, _ in ok], dtype=float)
-    cal.fits[stage] = fit_linear(stage, arr[:, 1:], arr[:, 0], names)
+    cal.fits[stage] = fit_linear(stage, arr[:, 1:], arr[:, 0], names, cv_within_groups=per_image)
     cal.samples[stage] = FitSamples.of(names, arr[:, 1:], arr[:, 0], [t for _, t in ok])
 
 
@@ -105,13 +107,15 @@ def fit_stages(records: Iterable[RequestRecord],
            and r.resize_end_s is not None and r.normalize_end_s is not None]
     _stage(cal, "image_decode",
            [((r.decode_end_s - r.preproc_start_s) / k(r), src(r), decoded(r))  # type: ignore[operator]
-            for r in cpu], ["source_pixels", "decoded_pixels"], [r.arrived_s for r in cpu])
+            for r in cpu], ["source_pixels", "decoded_pixels"], [r.arrived_s for r in cpu],
+           per_image=True)
     _stage(cal, "resize",
            [((r.resize_end_s - r.decode_end_s) / k(r), decoded(r), tgt(r))  # type: ignore[operator]
-            for r in cpu], ["decoded_pixels", "target_pixels"], [r.arrived_s for r in cpu])
+            for r in cpu], ["decoded_pixels", "target_pixels"], [r.arrived_s for r in cpu],
+           per_image=True)
     _stage(cal, "normalize",
            [((r.normalize_end_s - r.resize_end_s) / k(r), tgt(r)) for r in cpu],  # type: ignore[operator]
-           ["target_pixels"], [r.arrived_s for r in cpu])
+           ["target_pixels"], [r.arrived_s for r in cpu], per_image=True)
     # encode: the encoder may queue (no timestamp marks its start), so use only requests that
     # found it idle: no earlier request's encode still running when this one's CPU work ended
     enc = []
@@ -124,7 +128,8 @@ def fit_stages(records: Iterable[RequestRecord],
     cal.has_encode = any(r.encode_end_s is not None for r in cpu)
     if enc:
         _stage(cal, "encode", [((r.encode_end_s - r.normalize_end_s) / k(r), r.image_tokens)  # type: ignore[operator]
-                               for r in enc], ["image_tokens"], [r.arrived_s for r in enc])
+                               for r in enc], ["image_tokens"], [r.arrived_s for r in enc],
+               per_image=True)
     # hand-off: preprocessing done (the worker's last stamp) → the engine holds the request
     hand = [float(r.engine_queued_s) - float(r.encode_end_s or r.normalize_end_s)  # type: ignore[arg-type]
             for r in cpu if r.engine_queued_s is not None]
@@ -197,7 +202,7 @@ def fit_worker_encode(records: Iterable[RequestRecord], stretch: Mapping[int, fl
     if len(rows) < MIN_SAMPLES:
         return None
     arr = np.asarray(rows, dtype=float)
-    fit = fit_linear("encode", arr[:, 1:3], arr[:, 0], ENCODE_FEATURES)
+    fit = fit_linear("encode", arr[:, 1:3], arr[:, 0], ENCODE_FEATURES, cv_within_groups=True)
     fit.note = (f"in the preprocessing workers, {len(rows)} one-image requests; the engine got "
                 "image embeddings, so its steps have no encoder terms")
     return fit, FitSamples.of(ENCODE_FEATURES, arr[:, 1:3], arr[:, 0], arr[:, 3])

@@ -109,3 +109,26 @@ def test_a_trace_without_an_encoder_gives_a_profile_without_one(tmp_path: Path) 
     prof = to_profile(cal, load_yaml(PROFILE_DIR / "jetson-orin-nano.yaml"), "x", [str(trace)])
     assert "encode" not in prof["stages"] and "encode" not in cal.fits
     build(DeviceProfile, prof, "x")
+
+
+def test_an_image_stages_cv_is_its_spread_among_images_of_one_size_not_the_models_misfit() -> None:
+    import numpy as np
+
+    from sim.fit.least_squares import fit_linear, within_group_cv
+
+    # the times grow with tokens² but not as one line: the smallest size runs 3 × and the middle
+    # one half of what tokens² alone says (a misfit no base and slope take up); within each size
+    # the times spread by 10 %
+    rng = np.random.default_rng(3)
+    tokens = np.repeat([80.0, 700.0, 1271.0], 30)
+    misfit = np.select([tokens < 100, tokens < 1000], [3.0, 0.5], 1.0)
+    y = 2.6e-7 * tokens ** 2 * misfit * rng.lognormal(0.0, 0.1, len(tokens))
+    x = np.column_stack([tokens ** 2])
+    plain = fit_linear("encode", x, y, ["image_tokens_sq"])
+    within = fit_linear("encode", x, y, ["image_tokens_sq"], cv_within_groups=True)
+    assert plain.cv > 0.5  # the misfit counted as noise
+    assert within.cv == pytest.approx(0.1, abs=0.03)
+    assert within.per == plain.per  # the coefficients are the same fit
+    # one size, or sizes too rare to form groups of three: nothing to pool
+    assert within_group_cv(x[:30], y[:30]) is None
+    assert within_group_cv(np.arange(10.0)[:, None], np.ones(10)) is None
