@@ -9,7 +9,9 @@ cloud. First each server is calibrated from a short designed run of its own
 on the Jetson profile's units and thermal): the gateway predicts local latency with the device's
 calibrated profile (and reads its virtual sensors), and the replay simulates the device with
 that profile — its policy reading the local latency through the gateway's own estimator
-(:mod:`sim.core.observed_estimate`), learnt from the simulated device's finished requests — the
+(:mod:`sim.core.observed_estimate`), learnt from the simulated device's finished requests, and
+the cloud latency through the gateway's link estimator (:mod:`sim.core.link_estimate`), learnt
+from its simulated cloud calls — the
 cloud with the other server's (``--cloud-profile``) and the link the gateway measured: a proxy in front of the cloud delays each request by ``--cloud-delay-ms``, so that
 the device, idle, is the faster place and the cloud pays off once the device queues. For each policy the same arrivals are sent, the gateway's trace is replayed, and
 offload share and TTFT/E2E p50/p99 are printed live beside simulated. ``--fake`` uses the test

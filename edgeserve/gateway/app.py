@@ -174,7 +174,7 @@ async def probe_clouds(state: GatewayState) -> None:
                                          timeout=timeout) as r:
                 await r.read()
                 if r.status < 500:
-                    t.link.rtt_s.add(time.monotonic() - t0)
+                    t.link.observe_rtt(time.monotonic() - t0)
                     if t.down_until_s and r.status == 200:
                         t.down_until_s = 0.0  # answering again
         except (aiohttp.ClientError, TimeoutError):

@@ -13,6 +13,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from sim.core.link_estimate import UPLINK_PRIOR_BPS
 from sim.scenario.config import PolicyConfig
 from sim.scenario.schema import ConfigError, build, load_yaml
 
@@ -103,7 +104,8 @@ class GatewayConfig:
     metrics_poll_s: float = 0.25  # how often the local servers' /metrics are read
     probe_s: float = 2.0  # how often each cloud endpoint's RTT is probed
     sensor_interval_s: float = 0.25
-    cloud_uplink_mbps: float = 20.0  # the link estimate's starting point, before measurements
+    # the link estimate's upload rate before measurements (the simulator's replay starts there too)
+    cloud_uplink_mbps: float = UPLINK_PRIOR_BPS / 1e6
     cache_capacity: int = 0  # semantic cache entries; 0: no cache
     cache_ttl_s: float = 300.0
     cache_threshold: float = 0.945  # chosen by benchmarks/gateway_cache_threshold.py

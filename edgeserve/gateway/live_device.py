@@ -13,8 +13,9 @@ deadline), and the two predictions ``estimate_local_s(job)`` and ``estimate_clou
   job's sizes on an idle simulated device of that profile
   (:func:`sim.core.device.idle_device`), scaled by the moving ratio of observed to predicted;
   each local server has its own;
-* cloud latency: the first up cloud endpoint's measured RTT + upload at the measured throughput
-  + its observed service time;
+* cloud latency: the simulator's :class:`~sim.core.link_estimate.LinkEstimate` of the first up
+  cloud endpoint, the same code a replay of the gateway's trace gives its simulated device: the
+  measured RTT + the request's upload at the measured throughput + the observed service time;
 * temperature and battery: :class:`~edgeserve.gateway.sensors.Sensors`;
 * energy (``estimate_local_j``/``estimate_cloud_j``, for ``energy_aware``): with ``--profile``,
   the simulated device's estimate from its units' efficiency figures at full clock (the live
@@ -32,6 +33,7 @@ from edgeserve.gateway.sensors import Sensors
 from edgeserve.gateway.targets import Target
 from sim.core.device import Device, idle_device
 from sim.core.job import Job
+from sim.core.link_estimate import request_bytes
 from sim.core.observed_estimate import ObservedEstimate
 from sim.core.offload import RADIO_W
 from sim.scenario.profiles import DeviceProfile
@@ -116,7 +118,7 @@ class LiveDevice:
         c = self.cloud
         if c is None:
             return math.inf
-        return c.target.link.predict_s(job.rec.image_bytes + 2000)
+        return c.target.link.estimate_s(job)
 
     def estimate_local_j(self, job: Job) -> float | None:
         return self._sim.estimate_local_j(job) if self._sim is not None else None
@@ -125,7 +127,7 @@ class LiveDevice:
         c = self.cloud
         if c is None or self._sim is None:
             return None
-        return c.target.link.transfer_s(job.rec.image_bytes + 2000) * RADIO_W
+        return c.target.link.transfer_s(request_bytes(job)) * RADIO_W
 
     def observe_local(self, target: Target, job: Job, latency_s: float, queue_seen: int) -> None:
         """A local call finished ``latency_s`` after its dispatch, which saw ``queue_seen``."""

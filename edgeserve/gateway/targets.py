@@ -6,8 +6,9 @@ a stock vLLM server's ``vllm:num_requests_*``), and moving estimates of its late
 server the simulator's :class:`~sim.core.observed_estimate.ObservedEstimate` (one request's
 service time — observed latency over ``1 + queue`` at dispatch — or, with a device profile, the
 profile's idle prediction times the moving ratio of observed to predicted service; the live
-device gives it the profile), for a cloud endpoint its link and service
-(:class:`~edgeserve.gateway.estimates.LinkEstimate`). A target
+device gives it the profile), for a cloud endpoint the simulator's
+:class:`~sim.core.link_estimate.LinkEstimate` of its link and service (moving round trip, upload
+rate and service time, from the gateway's priors). A target
 that failed (refused, timed out, 5xx) is skipped for ``down_s`` seconds.
 """
 
@@ -18,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 from edgeserve.gateway.config import LARGE, SMALL, Place, TargetConfig
-from edgeserve.gateway.estimates import Ewma, LinkEstimate
+from sim.core.link_estimate import UPLINK_PRIOR_BPS, LinkEstimate
 from sim.core.observed_estimate import ObservedEstimate
 
 _WAITING = ("preproc_queue", "engine_waiting")
@@ -28,7 +29,7 @@ _RUNNING = ("preproc_running", "engine_running")
 @dataclass(slots=True)
 class Target:
     cfg: TargetConfig
-    uplink_bps: float = 20e6
+    uplink_bps: float = UPLINK_PRIOR_BPS  # the link estimate's prior upload rate
     down_s: float = 5.0
     inflight: int = 0
     polled_waiting: int = 0
@@ -40,7 +41,7 @@ class Target:
     failures: int = 0
 
     def __post_init__(self) -> None:
-        self.link = LinkEstimate(Ewma(0.05), Ewma(self.uplink_bps), Ewma(1.0))
+        self.link = LinkEstimate.starting_at(uplink_bps=self.uplink_bps)
 
     @property
     def name(self) -> str:

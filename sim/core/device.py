@@ -45,6 +45,7 @@ from sim.core.device_network import DeviceNetwork
 from sim.core.encoder_unit import EncoderUnit
 from sim.core.heat import Heat, NodeHeat
 from sim.core.job import Job
+from sim.core.link_estimate import LinkEstimate
 from sim.core.loop import EventLoop
 from sim.core.observed_estimate import ObservedEstimate
 from sim.core.offload import OffloadPath
@@ -178,6 +179,9 @@ class Device:
         # the gateway's local estimate in place of the model's (a device entry's
         # observed_estimate; set and fed by the simulation)
         self.observed: ObservedEstimate | None = None
+        # the gateway's cloud estimate in place of the model's (a device entry's
+        # observed_cloud_estimate; set and fed by the simulation)
+        self.observed_link: LinkEstimate | None = None
         # heat: a thermal_network profile has two nodes and per-unit clocks and governors
         # (sim.core.device_network), any other one node (sim.core.heat)
         self.net: DeviceNetwork | None = None
@@ -320,7 +324,12 @@ class Device:
         return work * cpu.scale + engine.estimate_s(job)
 
     def estimate_cloud_s(self, job: Job) -> float:
-        """Predicted latency if ``job`` were offloaded now (``inf`` without a cloud server)."""
+        """Predicted latency if ``job`` were offloaded now (``inf`` without a cloud server); with
+        :attr:`observed_link`, the gateway's estimate instead: the moving round trip + the upload at
+        the moving rate + the moving service time."""
+        est = self.observed_link
+        if est is not None and self.cloud is not None:
+            return est.estimate_s(job)
         return self.uplink.estimate_s(job)
 
     def estimate_local_j(self, job: Job) -> float | None:

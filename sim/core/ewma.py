@@ -4,8 +4,8 @@ After ``n`` more observations an observation weighs ``(1 − alpha)^n``, so with
 the last five carry over 80 % of the value. It starts at a given prior, so that a reader has an
 answer before the first observation; the first observation replaces the prior, and
 :attr:`Ewma.count` says how many observations the value rests on. The gateway's latency and link
-estimates (:mod:`edgeserve.gateway.estimates`) and the observed local estimate
-(:mod:`sim.core.observed_estimate`) are built on it.
+estimates are built on it: a local server's (:mod:`sim.core.observed_estimate`) and a cloud
+endpoint's (:mod:`sim.core.link_estimate`), which :mod:`edgeserve.gateway.estimates` re-exports.
 """
 
 from __future__ import annotations

@@ -41,13 +41,19 @@ from sim.core.cloud import CloudServer
 from sim.core.device import Device, idle_device
 from sim.core.fleet import instances
 from sim.core.job import Job
+from sim.core.link_estimate import (
+    RTT_PRIOR_S,
+    SERVICE_PRIOR_S,
+    UPLINK_PRIOR_BPS,
+    LinkEstimate,
+)
 from sim.core.loop import EventLoop
 from sim.core.observed_estimate import ObservedEstimate
 from sim.core.policies import Placement, Policy, make_policy
 from sim.core.report import Summary, summarize
 from sim.core.stats import StatsCollector
 from sim.core.workload import Arrival, ImageGeometry, arrivals
-from sim.scenario.config import PolicyConfig, Scenario
+from sim.scenario.config import CloudEstimatePrior, PolicyConfig, Scenario
 from sim.scenario.schema import ConfigError
 
 RecordSink = Callable[[RequestRecord], Any]
@@ -107,6 +113,8 @@ class Simulation:
                 dev = Device(self.loop, name, profile, link, cloud, seed_s, self._finished)
                 if entry.observed_estimate:  # the gateway's local estimate (see _observe)
                     dev.observed = ObservedEstimate(idle_device(profile, name).estimate_local_s)
+                if entry.observed_cloud_estimate and cloud is not None:  # (see _observe_call)
+                    dev.observed_link = self._link_estimate(entry.cloud_estimate_prior, dev)
                 self.devices.append(dev)
                 self._stats.register(name, entry.name)
                 stream = arrivals(workload, random.Random(f"{seed_s}:workload:{name}"),
@@ -350,7 +358,7 @@ class Simulation:
             return
         d = self.policy.decide(job, dev)
         rec.decision_reason = d.reason
-        if dev.observed is not None:
+        if dev.observed is not None or dev.observed_link is not None:
             self._decision_seen(job, dev)
         if d.resolution_scale != 1.0:
             self._downgrade(job, src.geom, d.resolution_scale, text)
@@ -386,6 +394,10 @@ class Simulation:
         local, cloud = dev.estimate_local_s(job), dev.estimate_cloud_s(job)
         rec.predicted_local_s = local if local != math.inf else None
         rec.predicted_cloud_s = cloud if cloud != math.inf else None
+        link = dev.observed_link
+        if link is not None:
+            rec.link_rtt_s = link.rtt_s.value
+            rec.link_uplink_mbps = link.uplink_bps.value / 1e6
 
     @staticmethod
     def _observe(obs: ObservedEstimate, job: Job) -> None:
@@ -397,6 +409,43 @@ class Simulation:
         end = rec.finished_s
         if rec.placement == "local" and rec.outcome is Outcome.OK and end is not None:
             obs.observe(job, end - rec.arrived_s, rec.decision_queue or 0)
+
+    @staticmethod
+    def _link_estimate(prior: CloudEstimatePrior, dev: Device) -> LinkEstimate:
+        """The gateway's cloud estimate for ``dev``, from ``prior`` (its figures left out: the
+        gateway's), with the probe the gateway sends its cloud as it starts."""
+        est = LinkEstimate.starting_at(
+            RTT_PRIOR_S if prior.rtt_s is None else prior.rtt_s,
+            UPLINK_PRIOR_BPS if prior.uplink_mbps is None else prior.uplink_mbps * 1e6,
+            SERVICE_PRIOR_S if prior.service_s is None else prior.service_s)
+        est.observe_rtt(dev.link.est_fixed_s)
+        return est
+
+    @staticmethod
+    def _observe_call(est: LinkEstimate, dev: Device, job: Job) -> None:
+        """A request that finished in the cloud, observed as the gateway observes a finished
+        cloud call, with the probes of the round trip that go on between calls.
+
+        * round trip: a probe's, the link's expected round trip of a small message
+          (:attr:`sim.core.network.Link.est_fixed_s`: the RTT, both ways' mean jitter and the
+          expected waits for retransmissions);
+        * body bytes: what went up, the (possibly downscaled) image and the request overhead;
+        * time to the response headers: the gateway streams, and a streaming ``edgeserve serve``
+          sends its headers with the first token, so this is the simulated first token at the
+          cloud (after the upload, the cloud's preprocessing, queue and prefill) plus the expected
+          one-way time of the small message that carries it back;
+        * total time: from dispatch (the arrival, where it was decided) until the answer came down.
+
+        One that failed or was refused is not observed, as the gateway observes no failed call."""
+        rec = job.rec
+        end, first = rec.finished_s, rec.first_token_s
+        if rec.uplink_end_s is None or rec.outcome is not Outcome.OK or end is None \
+                or first is None:
+            return
+        probe = dev.link.est_fixed_s
+        est.observe_rtt(probe)
+        est.observe_call(rec.image_bytes + dev.link_cfg.request_overhead_bytes,
+                         first - rec.arrived_s + probe / 2, end - rec.arrived_s)
 
     def _stop_sources(self) -> None:
         for s in self._sources:
@@ -432,6 +481,8 @@ class Simulation:
         dev: Device = job.device
         if dev.observed is not None:
             self._observe(dev.observed, job)
+        if dev.observed_link is not None:
+            self._observe_call(dev.observed_link, dev, job)
         pending = self._pending
         pending.append(rec)  # stats and recent take records in batches (see _fold)
         if len(pending) >= _BATCH:

@@ -9,9 +9,15 @@ local estimate is the gateway's (``observed_estimate``, :mod:`sim.core.observed_
 idle profile's prediction × the moving ratio of observed to predicted service, learnt from the
 simulated device's finished local requests, × (1 + queue), so the policy reads the function the
 live gateway read (``--set 'devices[0].observed_estimate=false'`` gives it the simulated
-device's own queue-aware estimate instead). Where the
-records carry the link the gateway measured (``link_rtt_s``, ``link_uplink_mbps``), the device's
-link is that one instead (:func:`measured_link`). With ``cloud_profile``, a calibrated server
+device's own queue-aware estimate instead). Its cloud estimate is the gateway's too
+(``observed_cloud_estimate``, :mod:`sim.core.link_estimate`): the moving round trip + the upload
+at the moving upload rate + the moving service time, learnt from the simulated device's finished
+cloud calls as the gateway learns them from its live ones, from the gateway's starting figures
+(``--set 'devices[0].observed_cloud_estimate=false'`` gives it the simulated link's and cloud's
+model estimate instead). Where the records carry the link the gateway measured (``link_rtt_s``,
+``link_uplink_mbps``), the device's link is that one instead (:func:`measured_link`), and the
+cloud estimate starts where the gateway's stood at the first replayed decision
+(:func:`estimate_prior`). With ``cloud_profile``, a calibrated server
 profile (``edgeserve calibrate``) of the server that stood for the cloud, the cloud is that server
 (:func:`cloud_from_server`): its engine step model and its preprocessing per megapixel. The live
 trace's figures and the simulation's are then computed by one function, :func:`figures`, so the
@@ -31,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeserve.records import Outcome, RequestRecord, TraceHeader, read_trace
+from sim.core.link_estimate import REQUEST_OVERHEAD_BYTES
 from sim.scenario.schema import ConfigError
 
 GATEWAY_PRODUCER = "edgeserve gateway"
@@ -117,6 +124,26 @@ def measured_link(records: list[RequestRecord]) -> dict[str, Any] | None:
             "jitter_ms": 0.0, "loss": 0.0}
 
 
+def estimate_prior(records: list[RequestRecord]) -> dict[str, float] | None:
+    """Where the gateway's cloud estimate stood at the first decision that recorded it, as a
+    device entry's ``cloud_estimate_prior``: its round trip and upload rate, and — where the
+    record carries the decision's cloud prediction (``predicted_cloud_s``) — its service time,
+    the prediction less the round trip and the request's upload at that rate
+    (:class:`sim.core.link_estimate.LinkEstimate`). A trace cut after a warm-up
+    (:func:`trace_from`) so starts the replay's estimate where the warm-up left the gateway's.
+    None where no record carries the link."""
+    for r in records:
+        rtt, up = r.link_rtt_s, r.link_uplink_mbps
+        if rtt is None or up is None:
+            continue
+        prior = {"rtt_s": rtt, "uplink_mbps": up}
+        if r.predicted_cloud_s is not None and up > 0:
+            upload = (r.image_bytes + REQUEST_OVERHEAD_BYTES) * 8.0 / (up * 1e6)
+            prior["service_s"] = max(0.0, r.predicted_cloud_s - rtt - upload)
+        return prior
+    return None
+
+
 TOKEN_PIXELS = 28 * 28  # source pixels per image token of the Qwen2-VL family's patch merger
 
 
@@ -177,10 +204,13 @@ def replay_scenario(trace: str | Path, header: TraceHeader, records: list[Reques
         "name": GATEWAY_DEVICE, "profile": meta.get("profile") or DEFAULT_PROFILE,
         "workload": {"kind": "replay", "trace": str(Path(trace).resolve()),
                      "trace_device": GATEWAY_DEVICE},
-        "observed_estimate": True}
+        "observed_estimate": True, "observed_cloud_estimate": True}
     link = measured_link(records)
     if link is not None:
         device["link"] = link
+    prior = estimate_prior(records)
+    if prior is not None:
+        device["cloud_estimate_prior"] = prior
     elif "link" in base_dev:
         device["link"] = base_dev["link"]
     requests = len(records)

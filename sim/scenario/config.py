@@ -211,6 +211,26 @@ class JitterConfig:
 
 
 @dataclass(slots=True, frozen=True)
+class CloudEstimatePrior:
+    """Where a device entry's ``observed_cloud_estimate`` starts: a round trip, an upload rate and
+    a service time. A figure left out (None) starts where ``edgeserve gateway`` starts it
+    (:mod:`sim.core.link_estimate`: 50 ms, 20 Mbit/s, 1 s); the replay of a gateway trace gives
+    the round trip and upload rate the gateway measured, where its records carry them."""
+
+    rtt_s: float | None = None
+    uplink_mbps: float | None = None
+    service_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.rtt_s is not None:
+            non_negative(self.rtt_s, "rtt_s")
+        if self.uplink_mbps is not None:
+            positive(self.uplink_mbps, "uplink_mbps")
+        if self.service_s is not None:
+            non_negative(self.service_s, "service_s")
+
+
+@dataclass(slots=True, frozen=True)
 class DeviceEntry:
     """Devices in a scenario: ``count`` copies of a profile, each with its own workload and link.
 
@@ -222,6 +242,14 @@ class DeviceEntry:
     it (:mod:`sim.core.observed_estimate`: the idle prediction × the moving ratio of observed to
     predicted service × (1 + queue)), learnt from the device's own finished local requests, in
     place of the device's queue-aware model estimate. A replay of a gateway trace turns it on.
+
+    ``observed_cloud_estimate``: the policy reads the cloud latency the way ``edgeserve gateway``
+    predicts it (:mod:`sim.core.link_estimate`: moving round trip + the request's upload at the
+    moving upload rate + moving service time), learnt from the device's own finished cloud calls
+    and starting at ``cloud_estimate_prior``, in place of the link's and the cloud server's model
+    estimate. A flag of its own, not a part of ``observed_estimate``: each of the two estimates can
+    be turned back to the model's alone, to tell what each one changes in a replay, and only this
+    one has starting figures to give. A replay of a gateway trace turns both on.
     """
 
     name: str
@@ -232,6 +260,8 @@ class DeviceEntry:
     cloud: str | None = None  # server to offload to; None: the first one
     jitter: JitterConfig = field(default_factory=JitterConfig)
     observed_estimate: bool = False  # the gateway's local estimate (see above)
+    observed_cloud_estimate: bool = False  # the gateway's cloud estimate (see above)
+    cloud_estimate_prior: CloudEstimatePrior = field(default_factory=CloudEstimatePrior)
 
     def __post_init__(self) -> None:
         positive(self.count, "count")

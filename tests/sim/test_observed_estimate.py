@@ -68,7 +68,10 @@ def replayed(tmp_path: Path, level: int, observed: bool = True) -> list[RequestR
     """A gateway trace of 20 photos, 2 s apart, under ``predicted_latency``, replayed on a one-core
     device whose only work is a 0.2 s image decode (so the queue stays empty), forced to run at
     clock ``level`` (1: three times slower, which its idle prediction at full clock does not
-    know), beside the default scenario's L4 behind a 50 ms link (about 0.24 s for these)."""
+    know), beside the default scenario's L4 behind a 50 ms link (about 0.24 s for these). The
+    cloud estimate is the link's and the cloud's model estimate (``observed_cloud_estimate`` off),
+    which knows these 0.24 s from the start: the gateway's learns them only from a cloud call
+    (tests/sim/test_link_estimate.py)."""
     prof = one_core_profile({"kind": "deterministic", "base_s": 0.2},
                             dvfs=[{"scale": 1.0}, {"scale": 3.0}])
     (tmp_path / "dev.yaml").write_text(yaml.safe_dump(prof))
@@ -77,6 +80,7 @@ def replayed(tmp_path: Path, level: int, observed: bool = True) -> list[RequestR
     raw: dict[str, Any] = replay_scenario(trace, header, recs,
                                           load_yaml(SCENARIO_DIR / "default.yaml"))
     raw["devices"][0]["observed_estimate"] = observed
+    raw["devices"][0]["observed_cloud_estimate"] = False
     sim = Simulation(scenario_from_raw(inline_profiles(raw, SCENARIO_DIR)))
     sim.devices[0].set_level(level)
     out: list[RequestRecord] = []
