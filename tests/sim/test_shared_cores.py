@@ -117,16 +117,21 @@ def test_workers_alone_share_the_cores_too() -> None:
     assert [r[:3] for r in s.run()] == [("a", 0.0, 1.0), ("b", 0.25, 2.25)]
 
 
+def one_core_a_then_b(host: dict[str, Any]) -> tuple[Server, dict[str, tuple[Any, ...]]]:
+    """Steps of 0.1 s on ``host``; a (two tokens) at 0, b (one token) at 1.05, mid a's prefill."""
+    s = Server(server_profile(step_s=0.1, host=host))
+    s.send("a", 0.0, output_tokens=2)
+    s.send("b", 1.05, output_tokens=1)
+    return s, {r[0]: r for r in s.run()}
+
+
 def test_on_one_core_a_job_is_slowed_only_while_steps_run_beside_it() -> None:
     # one core for the worker and the engine's thread; steps of 0.1 s. a: alone 0–1, its prefill
     # step 1.0–1.1, its decode step (b's job beside it: the core's share, ×2) 1.1–1.3, done.
     # b starts at 1.05, mid-step: ×2 for the step's 0.05 s left and the next step's 0.2 s —
     # 0.125 s of its work — then alone at full speed: 0.875 s more, to 2.175. (Priced at its
     # start for the whole job, it would have run 2 s, to 3.05.)
-    s = Server(server_profile(step_s=0.1, host={"cores": 1, "engine_threads": 1}))
-    s.send("a", 0.0, output_tokens=2)
-    s.send("b", 1.05, output_tokens=1)
-    recs = {r[0]: r for r in s.run()}
+    s, recs = one_core_a_then_b({"cores": 1, "engine_threads": 1})
     assert recs["a"] == ("a", 0.0, 1.0, pytest.approx(1.1), pytest.approx(1.3))
     assert recs["b"][1:] == (1.05, pytest.approx(2.175), pytest.approx(2.275),
                              pytest.approx(2.275))
@@ -137,11 +142,7 @@ def test_a_measured_in_step_demand_slows_a_job_beside_steps_more_than_an_even_sh
     # as above, with engine_demand_threads 3: inside steps b runs at a quarter of its speed,
     # 0.05 / 4 + 0.2 / 4 = 0.0625 s of its work, then 0.9375 s alone, to 2.2375. The steps
     # themselves keep the even share (a's decode step 0.2 s).
-    s = Server(server_profile(step_s=0.1, host={"cores": 1, "engine_threads": 1,
-                                                "engine_demand_threads": 3.0}))
-    s.send("a", 0.0, output_tokens=2)
-    s.send("b", 1.05, output_tokens=1)
-    recs = {r[0]: r for r in s.run()}
+    _, recs = one_core_a_then_b({"cores": 1, "engine_threads": 1, "engine_demand_threads": 3.0})
     assert recs["a"] == ("a", 0.0, 1.0, pytest.approx(1.1), pytest.approx(1.3))
     assert recs["b"][1:] == (1.05, pytest.approx(2.2375), pytest.approx(2.3375),
                              pytest.approx(2.3375))
